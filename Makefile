@@ -1,0 +1,39 @@
+# Two commands matter: `make run` (the whole system on this machine) and `make test`.
+SHELL := /bin/bash
+export PYTHONSAFEPATH := 1
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: run test lint typecheck imports unit bench crds clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/lading run examples/quickstart.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+test: lint typecheck imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python hack/bench.py
+
+clean:
+	rm -rf $(VENV) .lading .pytest_cache .mypy_cache .ruff_cache

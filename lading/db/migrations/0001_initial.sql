@@ -1,0 +1,152 @@
+-- Lading schema v1: tenants, pools, endpoints, batches, jobs, attempts, results, outbox.
+-- PostgreSQL is the authority: a job exists once its row is committed.
+
+CREATE TABLE tenants (
+    name            text PRIMARY KEY,
+    namespaces      text[]      NOT NULL DEFAULT '{}',
+    weight          integer     NOT NULL DEFAULT 1 CHECK (weight > 0),
+    max_queued_jobs bigint      CHECK (max_queued_jobs >= 0),
+    max_in_flight   integer     CHECK (max_in_flight >= 0),
+    spec            jsonb       NOT NULL DEFAULT '{}',
+    updated_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE pools (
+    name        text PRIMARY KEY,                 -- "<namespace>/<name>" of the InferencePool
+    provider    text        NOT NULL CHECK (provider IN ('builtin', 'openai-compatible', 'vllm')),
+    model       text,
+    spec        jsonb       NOT NULL DEFAULT '{}',
+    paused      boolean     NOT NULL DEFAULT false,
+    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE endpoints (
+    name        text PRIMARY KEY,                 -- "<namespace>/<name>" of the DeliveryEndpoint
+    url         text        NOT NULL,
+    spec        jsonb       NOT NULL DEFAULT '{}',
+    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE batches (
+    id                bigserial PRIMARY KEY,
+    tenant            text        NOT NULL REFERENCES tenants (name),
+    namespace         text        NOT NULL,
+    name              text        NOT NULL,
+    uid               text        NOT NULL,
+    idempotency_key   text        NOT NULL,
+    request_hash      text        NOT NULL,
+    hash_version      integer     NOT NULL,
+    schema            text        NOT NULL,
+    pool              text        NOT NULL,
+    validation_policy text        NOT NULL,
+    priority          smallint    NOT NULL,
+    deadline_s        integer     NOT NULL CHECK (deadline_s > 0),
+    endpoint          text,
+    suspended         boolean     NOT NULL DEFAULT false,
+    total_jobs        integer     NOT NULL CHECK (total_jobs >= 0),
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    UNIQUE (tenant, idempotency_key)
+);
+
+CREATE TABLE extraction_jobs (
+    id                bigserial PRIMARY KEY,
+    tenant            text        NOT NULL,
+    batch_id          bigint      NOT NULL REFERENCES batches (id),
+    ordinal           integer     NOT NULL,      -- position in the batch, for stable listing
+    document_key      text        NOT NULL,
+    idempotency_key   text        NOT NULL,
+    request_hash      text        NOT NULL,
+    content_sha256    text        NOT NULL,
+    object_version    integer     NOT NULL DEFAULT 1,
+    pool              text        NOT NULL,
+    schema            text        NOT NULL,
+    validation_policy text        NOT NULL,
+    state             text        NOT NULL DEFAULT 'READY' CHECK (state IN
+                          ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED',
+                           'SUCCEEDED', 'FAILED_TERMINAL', 'CANCELLED')),
+    priority          smallint    NOT NULL DEFAULT 1,
+    attempt           integer     NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts      integer     NOT NULL CHECK (max_attempts > 0),
+    fence             bigint      NOT NULL DEFAULT 0 CHECK (fence >= 0),
+    lease_until       timestamptz,
+    worker_id         text,
+    available_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    deadline_at       timestamptz NOT NULL,
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at       timestamptz,
+    last_error_class  text,
+    last_error        text,
+    UNIQUE (tenant, idempotency_key),
+    UNIQUE (batch_id, document_key),
+    -- A running job always has a lease and an owner; no other state keeps one.
+    CONSTRAINT running_has_lease CHECK ((state = 'RUNNING') = (lease_until IS NOT NULL AND worker_id IS NOT NULL)),
+    -- Terminal states carry their finishing time, and only they do.
+    CONSTRAINT terminal_has_finished_at CHECK (
+        (state IN ('SUCCEEDED', 'FAILED_TERMINAL', 'CANCELLED')) = (finished_at IS NOT NULL)),
+    CONSTRAINT attempts_within_budget CHECK (attempt <= max_attempts)
+);
+
+-- The claimer's path: next eligible job of a pool, by priority then age, without a scan.
+CREATE INDEX extraction_jobs_claimable ON extraction_jobs (pool, priority, available_at, id)
+    WHERE state IN ('READY', 'RETRY_SCHEDULED');
+-- The reaper's path: running jobs by lease expiry.
+CREATE INDEX extraction_jobs_leases ON extraction_jobs (lease_until) WHERE state = 'RUNNING';
+CREATE INDEX extraction_jobs_by_batch ON extraction_jobs (batch_id, state);
+
+CREATE TABLE job_documents (
+    job_id  bigint PRIMARY KEY REFERENCES extraction_jobs (id),
+    text    text    NOT NULL,
+    bytes   integer NOT NULL CHECK (bytes >= 0)
+);
+
+CREATE TABLE job_attempts (
+    job_id       bigint      NOT NULL REFERENCES extraction_jobs (id),
+    fence        bigint      NOT NULL,
+    attempt      integer     NOT NULL,
+    worker_id    text        NOT NULL,
+    started_at   timestamptz NOT NULL,
+    finished_at  timestamptz,
+    outcome      text CHECK (outcome IN ('ok', 'transient', 'timeout-ambiguous', 'invalid-output',
+                                         'validation-failed', 'terminal', 'lease-expired', 'stale',
+                                         'cancelled')),
+    error_class  text,
+    error        text,
+    tokens_in    integer,
+    tokens_out   integer,
+    latency_ms   integer,
+    PRIMARY KEY (job_id, fence),
+    CONSTRAINT finished_has_outcome CHECK ((finished_at IS NULL) = (outcome IS NULL))
+);
+
+CREATE TABLE results (
+    job_id            bigint PRIMARY KEY REFERENCES extraction_jobs (id),
+    fence             bigint      NOT NULL,
+    schema            text        NOT NULL,
+    validation_policy text        NOT NULL,
+    result            jsonb       NOT NULL,
+    validation        jsonb       NOT NULL,    -- {"passed": bool, "failed_checks": [...]}
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE outbox_events (
+    id             bigserial PRIMARY KEY,
+    event_id       uuid        NOT NULL UNIQUE,
+    aggregate_type text        NOT NULL,
+    aggregate_id   bigint      NOT NULL,
+    type           text        NOT NULL,
+    payload        jsonb       NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    published_at   timestamptz,
+    claim_owner    text,
+    claim_until    timestamptz
+);
+CREATE INDEX outbox_events_unpublished ON outbox_events (id) WHERE published_at IS NULL;
+
+-- Counters that must survive restarts (metrics are per process).
+CREATE TABLE stale_completions (
+    job_id      bigint      NOT NULL,
+    fence       bigint      NOT NULL,
+    worker_id   text        NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);

@@ -1,0 +1,55 @@
+"""
+The one exception root of Lading, so callers can tell "try again" from "stop".
+
+    LadingError
+    ├── TemporaryError              retry later: the work is fine, the world is not
+    │   └── AcceptanceInProgress    the same acceptance is being committed by someone else (HTTP 409)
+    └── PermanentError              never retry as is
+        ├── ManifestError           a YAML manifest is invalid; names the file, document and field
+        ├── IdempotencyConflict     same idempotency key, different canonical request (HTTP 422)
+        ├── IllegalTransition       a state change the state machine does not allow
+        └── MigrationError          the database schema is ahead of or diverges from this code
+"""
+
+from __future__ import annotations
+
+
+class LadingError(Exception):
+    """Root of every error Lading raises on purpose."""
+
+
+class TemporaryError(LadingError):
+    """The operation may succeed if retried later, unchanged."""
+
+
+class AcceptanceInProgress(TemporaryError):
+    """Another transaction is accepting the same batch right now; retry after it commits."""
+
+
+class PermanentError(LadingError):
+    """Retrying the same operation unchanged cannot succeed."""
+
+
+class ManifestError(PermanentError):
+    """A manifest document is invalid. The message names the file, the document and the field."""
+
+
+class IdempotencyConflict(PermanentError):
+    """The idempotency key was already used for a request with a different canonical hash."""
+
+    def __init__(self, *, key: str, stored_hash: str, new_hash: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was already used for a different request "
+            f"(stored hash {stored_hash[:16]}…, this request {new_hash[:16]}…); nothing was changed"
+        )
+        self.key = key
+        self.stored_hash = stored_hash
+        self.new_hash = new_hash
+
+
+class IllegalTransition(PermanentError):
+    """A job state change outside the table in `lading.jobs.states`."""
+
+
+class MigrationError(PermanentError):
+    """The database holds migrations this code does not know, or a migration file changed."""

@@ -1,0 +1,10 @@
+"""Typed identifiers, so a job id is never passed where a fence is expected."""
+
+from typing import NewType
+
+JobId = NewType("JobId", int)
+BatchId = NewType("BatchId", int)
+Fence = NewType("Fence", int)
+WorkerId = NewType("WorkerId", str)
+TenantName = NewType("TenantName", str)
+PoolName = NewType("PoolName", str)

@@ -1,0 +1,1 @@
+"""The job state machine, its transitions, the retry policy and request hashing."""

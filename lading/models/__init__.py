@@ -1,0 +1,1 @@
+"""Pydantic models: extraction schemas (what the ERP receives) and resource specs (what users apply)."""

@@ -1,0 +1,69 @@
+"""
+The Provider protocol: `extract(document, schema=..., policy=...) -> Outcome`.
+
+Outcomes are classified by the provider because only it knows what an error meant
+(a 429 is transient, a 400 context-length is terminal, a timeout after the request was
+sent is ambiguous). The executor maps the class to a job transition; nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Protocol
+
+from lading.ids import JobId
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One claimed document as a provider sees it: the text is data, never instructions."""
+
+    job_id: JobId
+    key: str
+    text: str
+    tenant: str
+
+
+class OutcomeClass(str, enum.Enum):
+    OK = "ok"                                 #: a result was extracted (validation decides if it stands)
+    TRANSIENT = "transient"                   #: nothing was billed or it is safe to retry (429, 5xx, connect)
+    TIMEOUT_AMBIGUOUS = "timeout-ambiguous"   #: the request was sent, no answer: possibly billed; retry
+    INVALID_OUTPUT = "invalid-output"         #: unparseable or schema-violating output; bounded retries
+    TERMINAL = "terminal"                     #: retrying cannot help (document too large, unreadable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    outcome: OutcomeClass
+    result: dict[str, Any] | None = None
+    error_class: str | None = None
+    """A stable, CamelCase or UPPER_SNAKE reason, e.g. `DOCUMENT_TOO_LARGE`, `RateLimited`."""
+    error: str | None = None
+    """Human-readable detail; never contains the document text or secrets."""
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    retry_after_s: float | None = None
+    raw_output: str | None = None
+
+    @classmethod
+    def ok(cls, result: dict[str, Any], *, tokens_in: int | None = None, tokens_out: int | None = None) -> Outcome:
+        return cls(OutcomeClass.OK, result=result, tokens_in=tokens_in, tokens_out=tokens_out)
+
+    @classmethod
+    def failed(
+            cls,
+            outcome: OutcomeClass,
+            *,
+            error_class: str,
+            error: str,
+            retry_after_s: float | None = None,
+            raw_output: str | None = None,
+    ) -> Outcome:
+        return cls(outcome, error_class=error_class, error=error, retry_after_s=retry_after_s, raw_output=raw_output)
+
+
+class Provider(Protocol):
+    """Anything that turns a document into a structured result for a schema."""
+
+    async def extract(self, document: Document, *, schema: str, policy: str) -> Outcome: ...
