@@ -8,7 +8,8 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── ManifestError           a YAML manifest is invalid; names the file, document and field
         ├── IdempotencyConflict     same idempotency key, different canonical request (HTTP 422)
         ├── IllegalTransition       a state change the state machine does not allow
-        └── MigrationError          the database schema is ahead of or diverges from this code
+        ├── MigrationError          the database schema is ahead of or diverges from this code
+        └── UnknownPolicy           a validation policy name this code does not know
 """
 
 from __future__ import annotations
@@ -53,3 +54,12 @@ class IllegalTransition(PermanentError):
 
 class MigrationError(PermanentError):
     """The database holds migrations this code does not know, or a migration file changed."""
+
+
+class UnknownPolicy(PermanentError):
+    """A validation policy name that `lading.validation.known_policies()` does not list."""
+
+    def __init__(self, *, policy: str, known: frozenset[str]) -> None:
+        super().__init__(f"unknown validation policy {policy!r}; known policies: {', '.join(sorted(known))}")
+        self.policy = policy
+        self.known = known

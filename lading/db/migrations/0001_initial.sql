@@ -37,7 +37,7 @@ CREATE TABLE batches (
     request_hash      text        NOT NULL,
     hash_version      integer     NOT NULL,
     schema            text        NOT NULL,
-    pool              text        NOT NULL,
+    pool              text        NOT NULL REFERENCES pools (name),
     validation_policy text        NOT NULL,
     priority          smallint    NOT NULL,
     deadline_s        integer     NOT NULL CHECK (deadline_s > 0),
@@ -93,6 +93,9 @@ CREATE INDEX extraction_jobs_claimable ON extraction_jobs (pool, priority, avail
 -- The reaper's path: running jobs by lease expiry.
 CREATE INDEX extraction_jobs_leases ON extraction_jobs (lease_until) WHERE state = 'RUNNING';
 CREATE INDEX extraction_jobs_by_batch ON extraction_jobs (batch_id, state);
+-- The reaper's other path: waiting jobs whose deadline passed.
+CREATE INDEX extraction_jobs_waiting_deadline ON extraction_jobs (deadline_at)
+    WHERE state IN ('READY', 'RETRY_SCHEDULED');
 
 CREATE TABLE job_documents (
     job_id  bigint PRIMARY KEY REFERENCES extraction_jobs (id),
@@ -150,3 +153,56 @@ CREATE TABLE stale_completions (
     worker_id   text        NOT NULL,
     at          timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+
+-- Outbox rows are written by the database itself, in the same statement as the state
+-- change that causes them, so no code path (executor, reaper, reviewer, cancellation,
+-- COPY acceptance) can commit a state change without its event or an event without it.
+-- Statement-level triggers with transition tables: one INSERT ... SELECT per statement,
+-- not one per row, which keeps batched claims/completions cheap.
+CREATE FUNCTION lading_job_event_type(state text) RETURNS text
+    LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE state
+        WHEN 'READY'           THEN 'extraction.accepted.v1'
+        WHEN 'SUCCEEDED'       THEN 'extraction.completed.v1'
+        WHEN 'REVIEW_REQUIRED' THEN 'extraction.review_required.v1'
+        WHEN 'FAILED_TERMINAL' THEN 'extraction.failed.v1'
+        WHEN 'CANCELLED'       THEN 'extraction.cancelled.v1'
+    END
+$$;
+
+CREATE FUNCTION lading_jobs_outbox_on_insert() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
+    SELECT gen_random_uuid(), 'job', n.id, lading_job_event_type(n.state),
+           jsonb_build_object('job_id', n.id, 'tenant', n.tenant, 'batch_id', n.batch_id,
+                              'document_key', n.document_key, 'state', n.state)
+      FROM inserted n;
+    -- Wake idle claimers of the pools that just got work (delivered at commit).
+    PERFORM pg_notify('lading_jobs', p.pool) FROM (SELECT DISTINCT pool FROM inserted) p;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION lading_jobs_outbox_on_update() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
+    SELECT gen_random_uuid(), 'job', n.id, lading_job_event_type(n.state),
+           jsonb_build_object('job_id', n.id, 'tenant', n.tenant, 'batch_id', n.batch_id,
+                              'document_key', n.document_key, 'state', n.state, 'fence', n.fence,
+                              'attempt', n.attempt, 'error_class', n.last_error_class)
+      FROM after_rows n JOIN before_rows o ON o.id = n.id
+     WHERE n.state <> o.state
+       AND n.state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED');
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER extraction_jobs_outbox_insert AFTER INSERT ON extraction_jobs
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION lading_jobs_outbox_on_insert();
+
+CREATE TRIGGER extraction_jobs_outbox_update AFTER UPDATE ON extraction_jobs
+    REFERENCING OLD TABLE AS before_rows NEW TABLE AS after_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION lading_jobs_outbox_on_update();

@@ -1,0 +1,205 @@
+"""
+Repository of `extraction_jobs`: one function per named query in `sql/jobs.sql`.
+
+Functions take a connection, never open transactions of their own (the caller decides
+the unit of work), and return typed values. Lease and fence guards live in the SQL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from lading.db import queries
+from lading.ids import BatchId, Fence, JobId, PoolName, WorkerId
+from lading.jobs import transitions
+from lading.jobs.states import JobState
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker owns under `fence` until `lease_until` (database clock)."""
+
+    id: JobId
+    tenant: str
+    batch_id: BatchId
+    document_key: str
+    attempt: int
+    max_attempts: int
+    fence: Fence
+    lease_until: dt.datetime
+    deadline_at: dt.datetime
+    schema: str
+    validation_policy: str
+    pool: PoolName
+    text: str
+    claimed_at: dt.datetime
+    """Database time of the claim: the executor's notion of "now" derives from it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpiredLease:
+    id: JobId
+    fence: Fence
+    attempt: int
+    max_attempts: int
+    deadline_at: dt.datetime
+    now: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Reap:
+    """The reaper's verdict for one expired lease."""
+
+    job_id: JobId
+    fence: Fence
+    to: JobState
+    retry_in_s: float | None
+    error_class: str
+
+
+async def allocate_ids(conn: asyncpg.Connection, *, count: int) -> list[JobId]:
+    rows = await conn.fetch(queries.sql("job_allocate_ids"), count)
+    return [JobId(r["id"]) for r in rows]
+
+
+async def claim_batch(
+        conn: asyncpg.Connection,
+        *,
+        pool: PoolName,
+        worker_id: WorkerId,
+        limit: int,
+        lease_ttl_s: float,
+) -> list[ClaimedJob]:
+    """Take up to `limit` eligible jobs of `pool` in one statement (SKIP LOCKED)."""
+    rows = await conn.fetch(queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s)
+    return [
+        ClaimedJob(
+            id=JobId(r["id"]),
+            tenant=r["tenant"],
+            batch_id=BatchId(r["batch_id"]),
+            document_key=r["document_key"],
+            attempt=r["attempt"],
+            max_attempts=r["max_attempts"],
+            fence=Fence(r["fence"]),
+            lease_until=r["lease_until"],
+            deadline_at=r["deadline_at"],
+            schema=r["schema"],
+            validation_policy=r["validation_policy"],
+            pool=PoolName(r["pool"]),
+            text=r["text"],
+            claimed_at=r["claimed_at"],
+        )
+        for r in rows
+    ]
+
+
+async def finish_many(
+        conn: asyncpg.Connection,
+        finishes: Sequence[transitions.Finish],
+        *,
+        worker_id: WorkerId,
+) -> set[JobId]:
+    """Apply many finishing transitions at once; returns the ids that were applied.
+
+    A Finish whose fence is stale or whose lease expired changes nothing and is recorded
+    in `stale_completions`; its id is absent from the result.
+    """
+    if not finishes:
+        return set()
+    columns: list[list[Any]] = [[] for _ in range(12)]
+    for f in finishes:
+        values = (
+            f.job_id,
+            f.fence,
+            f.to.value,
+            f.retry_in_s,
+            f.outcome,
+            f.error_class,
+            f.error,
+            f.tokens_in,
+            f.tokens_out,
+            f.latency_ms,
+            f.result,
+            f.validation,
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    rows = await conn.fetch(queries.sql("job_finish_many"), *columns, worker_id)
+    return {JobId(r["id"]) for r in rows}
+
+
+async def heartbeat_many(
+        conn: asyncpg.Connection,
+        leases: Sequence[tuple[JobId, Fence]],
+        *,
+        lease_ttl_s: float,
+) -> set[JobId]:
+    """Extend leases still owned; a job missing from the result has been lost."""
+    if not leases:
+        return set()
+    rows = await conn.fetch(
+        queries.sql("job_heartbeat_many"), [j for j, _ in leases], [f for _, f in leases], lease_ttl_s
+    )
+    return {JobId(r["id"]) for r in rows}
+
+
+async def lock_expired_leases(conn: asyncpg.Connection, *, limit: int) -> list[ExpiredLease]:
+    """Inside a transaction: lock running jobs whose lease ran out (SKIP LOCKED)."""
+    rows = await conn.fetch(queries.sql("job_lock_expired_leases"), limit)
+    return [
+        ExpiredLease(
+            id=JobId(r["id"]),
+            fence=Fence(r["fence"]),
+            attempt=r["attempt"],
+            max_attempts=r["max_attempts"],
+            deadline_at=r["deadline_at"],
+            now=r["now"],
+        )
+        for r in rows
+    ]
+
+
+async def reap_many(conn: asyncpg.Connection, reaps: Sequence[Reap]) -> dict[JobId, JobState]:
+    if not reaps:
+        return {}
+    rows = await conn.fetch(
+        queries.sql("job_reap_many"),
+        [r.job_id for r in reaps],
+        [r.fence for r in reaps],
+        [r.to.value for r in reaps],
+        [r.retry_in_s for r in reaps],
+        [r.error_class for r in reaps],
+    )
+    return {JobId(r["id"]): JobState(r["to_state"]) for r in rows}
+
+
+async def expire_waiting(conn: asyncpg.Connection, *, limit: int) -> list[JobId]:
+    rows = await conn.fetch(queries.sql("job_expire_waiting"), limit)
+    return [JobId(r["id"]) for r in rows]
+
+
+async def cancel_batch(conn: asyncpg.Connection, *, batch_id: BatchId, reason: str) -> list[JobId]:
+    rows = await conn.fetch(queries.sql("job_cancel_batch"), batch_id, reason)
+    return [JobId(r["id"]) for r in rows]
+
+
+async def cancel(conn: asyncpg.Connection, *, job_id: JobId, reason: str) -> bool:
+    return await conn.fetchval(queries.sql("job_cancel"), job_id, reason) is not None
+
+
+async def review_decide(conn: asyncpg.Connection, *, job_id: JobId, approve: bool, note: str) -> bool:
+    target = JobState.SUCCEEDED if approve else JobState.FAILED_TERMINAL
+    return await conn.fetchval(queries.sql("job_review_decide"), job_id, target.value, note) is not None
+
+
+async def get(conn: asyncpg.Connection, *, job_id: JobId) -> asyncpg.Record | None:
+    return await conn.fetchrow(queries.sql("job_get"), job_id)
+
+
+async def attempts_of(conn: asyncpg.Connection, *, job_id: JobId) -> list[asyncpg.Record]:
+    return await conn.fetch(queries.sql("job_attempts_of"), job_id)

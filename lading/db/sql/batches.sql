@@ -1,0 +1,26 @@
+-- name: batch_insert
+-- Returns nothing when a batch with the same (tenant, idempotency key) exists: the caller
+-- then compares request hashes. Concurrent inserts of the same key wait for each other.
+INSERT INTO batches (tenant, namespace, name, uid, idempotency_key, request_hash, hash_version, schema,
+                     pool, validation_policy, priority, deadline_s, endpoint, suspended, total_jobs)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (tenant, idempotency_key) DO NOTHING
+RETURNING id, clock_timestamp() AS now;
+
+-- name: batch_get_by_key
+SELECT id, request_hash, hash_version, total_jobs FROM batches WHERE tenant = $1 AND idempotency_key = $2;
+
+-- name: batch_job_ids
+SELECT id FROM extraction_jobs WHERE batch_id = $1 ORDER BY ordinal;
+
+-- name: batch_counts
+-- Per-state counts of one batch, for status and `lading run`'s progress.
+SELECT state, count(*)::int AS n FROM extraction_jobs WHERE batch_id = $1 GROUP BY state;
+
+-- name: batch_summary
+SELECT b.id, b.tenant, b.namespace, b.name, b.total_jobs, b.created_at,
+       (SELECT max(finished_at) FROM extraction_jobs j WHERE j.batch_id = b.id) AS last_finished_at
+  FROM batches b WHERE b.id = $1;
+
+-- name: batch_set_suspended
+UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id;

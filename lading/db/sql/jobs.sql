@@ -1,0 +1,186 @@
+-- Every statement that changes extraction_jobs.state is here, guarded by the source
+-- states that lading/jobs/states.py allows for its target state. The exhaustive test
+-- tests/integration/test_job_transitions.py tries each against every source state.
+-- Lease decisions use clock_timestamp() (the database clock now), never now() (the
+-- transaction's start) and never a worker's clock.
+
+-- name: job_allocate_ids
+SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);
+
+-- name: job_claim_batch
+-- READY | RETRY_SCHEDULED -> RUNNING for up to $2 jobs of pool $1, by priority then age.
+-- One statement: pick with SKIP LOCKED, take ownership (attempt+1, fence+1, lease), open
+-- the attempt row, and return what the executor needs. $3 worker id, $4 lease TTL (s).
+WITH picked AS (
+    SELECT id
+      FROM extraction_jobs
+     WHERE pool = $1
+       AND state IN ('READY', 'RETRY_SCHEDULED')
+       AND available_at <= clock_timestamp()
+       AND deadline_at > clock_timestamp()
+     ORDER BY priority, available_at, id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE extraction_jobs j
+       SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, worker_id = $3,
+           lease_until = clock_timestamp() + make_interval(secs => $4), updated_at = clock_timestamp()
+      FROM picked
+     WHERE j.id = picked.id
+    RETURNING j.id, j.tenant, j.batch_id, j.document_key, j.attempt, j.max_attempts, j.fence,
+              j.lease_until, j.deadline_at, j.schema, j.validation_policy, j.pool
+), opened AS (
+    INSERT INTO job_attempts (job_id, fence, attempt, worker_id, started_at)
+    SELECT id, fence, attempt, $3, clock_timestamp() FROM claimed
+)
+SELECT c.*, d.text, clock_timestamp() AS claimed_at
+  FROM claimed c JOIN job_documents d ON d.job_id = c.id
+ ORDER BY c.id;
+
+-- name: job_finish_many
+-- RUNNING -> SUCCEEDED | REVIEW_REQUIRED | RETRY_SCHEDULED | FAILED_TERMINAL, for many
+-- attempts in one statement. Each row is a compare-and-set on (RUNNING, fence, unexpired
+-- lease): a stale attempt changes nothing and is recorded in stale_completions. The
+-- attempt row, the result row and (by trigger) the outbox row commit with the state.
+WITH input AS (
+    SELECT *
+      FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
+                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[])
+           AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
+                tokens_in, tokens_out, latency_ms, result, validation)
+), finished AS (
+    UPDATE extraction_jobs j
+       SET state = i.to_state,
+           lease_until = NULL,
+           worker_id = NULL,
+           available_at = CASE WHEN i.to_state = 'RETRY_SCHEDULED'
+                               THEN clock_timestamp() + make_interval(secs => coalesce(i.retry_in_s, 0))
+                               ELSE j.available_at END,
+           finished_at = CASE WHEN i.to_state IN ('SUCCEEDED', 'FAILED_TERMINAL') THEN clock_timestamp() END,
+           last_error_class = i.error_class,
+           last_error = i.error,
+           updated_at = clock_timestamp()
+      FROM input i
+     WHERE j.id = i.job_id
+       AND j.fence = i.fence
+       AND j.state = 'RUNNING'
+       AND j.lease_until > clock_timestamp()
+       AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'RETRY_SCHEDULED', 'FAILED_TERMINAL')
+    RETURNING j.id, j.fence, j.schema, j.validation_policy
+), closed AS (
+    UPDATE job_attempts a
+       SET finished_at = clock_timestamp(),
+           outcome = CASE WHEN f.id IS NULL THEN 'stale' ELSE i.outcome END,
+           error_class = i.error_class, error = i.error,
+           tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms
+      FROM input i LEFT JOIN finished f ON f.id = i.job_id
+     WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+), stored AS (
+    INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
+    SELECT f.id, f.fence, f.schema, f.validation_policy, i.result, i.validation
+      FROM finished f JOIN input i ON i.job_id = f.id
+     WHERE i.result IS NOT NULL AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED')
+), stale AS (
+    INSERT INTO stale_completions (job_id, fence, worker_id)
+    SELECT i.job_id, i.fence, $13 FROM input i WHERE NOT EXISTS (SELECT 1 FROM finished f WHERE f.id = i.job_id)
+)
+SELECT id FROM finished;
+
+-- name: job_heartbeat_many
+-- Extend the leases this worker still owns; a job missing from the result is lost.
+UPDATE extraction_jobs j
+   SET lease_until = clock_timestamp() + make_interval(secs => $3), updated_at = clock_timestamp()
+  FROM unnest($1::bigint[], $2::bigint[]) AS h(job_id, fence)
+ WHERE j.id = h.job_id AND j.fence = h.fence AND j.state = 'RUNNING' AND j.lease_until > clock_timestamp()
+RETURNING j.id;
+
+-- name: job_lock_expired_leases
+-- The reaper's first step, inside its transaction: running jobs whose lease ran out.
+SELECT id, fence, attempt, max_attempts, deadline_at, clock_timestamp() AS now
+  FROM extraction_jobs
+ WHERE state = 'RUNNING' AND lease_until < clock_timestamp()
+ ORDER BY lease_until
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: job_reap_many
+-- RUNNING (lease expired) -> RETRY_SCHEDULED | FAILED_TERMINAL, fence+1 so the old owner
+-- can never commit; the abandoned attempt row is closed as lease-expired.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[])
+           AS t(job_id, fence, to_state, retry_in_s, error_class)
+), reaped AS (
+    UPDATE extraction_jobs j
+       SET state = i.to_state,
+           fence = j.fence + 1,
+           lease_until = NULL,
+           worker_id = NULL,
+           available_at = clock_timestamp() + make_interval(secs => coalesce(i.retry_in_s, 0)),
+           finished_at = CASE WHEN i.to_state = 'FAILED_TERMINAL' THEN clock_timestamp() END,
+           last_error_class = i.error_class,
+           last_error = 'lease expired: the worker stopped heartbeating',
+           updated_at = clock_timestamp()
+      FROM input i
+     WHERE j.id = i.job_id AND j.fence = i.fence AND j.state = 'RUNNING' AND j.lease_until < clock_timestamp()
+       AND i.to_state IN ('RETRY_SCHEDULED', 'FAILED_TERMINAL')
+    RETURNING j.id, i.fence AS old_fence, i.to_state
+), closed AS (
+    UPDATE job_attempts a
+       SET finished_at = clock_timestamp(), outcome = 'lease-expired', error_class = 'LeaseExpired'
+      FROM reaped r
+     WHERE a.job_id = r.id AND a.fence = r.old_fence AND a.finished_at IS NULL
+)
+SELECT id, to_state FROM reaped;
+
+-- name: job_expire_waiting
+-- READY | RETRY_SCHEDULED -> FAILED_TERMINAL for jobs whose deadline passed while waiting.
+WITH expired AS (
+    SELECT id FROM extraction_jobs
+     WHERE state IN ('READY', 'RETRY_SCHEDULED') AND deadline_at <= clock_timestamp()
+     ORDER BY deadline_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE extraction_jobs j
+   SET state = 'FAILED_TERMINAL', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+       last_error_class = 'DEADLINE_EXCEEDED', last_error = 'the job deadline passed before it could run'
+  FROM expired
+ WHERE j.id = expired.id
+RETURNING j.id;
+
+-- name: job_cancel_batch
+-- Any non-terminal state -> CANCELLED (a deleted or cancelled batch). A running attempt
+-- loses its lease here and its late completion is discarded as stale.
+UPDATE extraction_jobs
+   SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL, finished_at = clock_timestamp(),
+       updated_at = clock_timestamp(), last_error_class = 'CANCELLED', last_error = $2
+ WHERE batch_id = $1
+   AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED')
+RETURNING id;
+
+-- name: job_cancel
+UPDATE extraction_jobs
+   SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL, finished_at = clock_timestamp(),
+       updated_at = clock_timestamp(), last_error_class = 'CANCELLED', last_error = $2
+ WHERE id = $1
+   AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED')
+RETURNING id;
+
+-- name: job_review_decide
+-- REVIEW_REQUIRED -> SUCCEEDED (approved) | FAILED_TERMINAL (rejected), by a reviewer.
+UPDATE extraction_jobs
+   SET state = $2, finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+       last_error_class = CASE WHEN $2 = 'FAILED_TERMINAL' THEN 'REJECTED_BY_REVIEWER' END,
+       last_error = $3
+ WHERE id = $1 AND state = 'REVIEW_REQUIRED' AND $2 IN ('SUCCEEDED', 'FAILED_TERMINAL')
+RETURNING id;
+
+-- name: job_get
+SELECT id, tenant, batch_id, document_key, state, attempt, max_attempts, fence, lease_until, worker_id,
+       available_at, deadline_at, finished_at, last_error_class, last_error, priority, pool
+  FROM extraction_jobs WHERE id = $1;
+
+-- name: job_attempts_of
+SELECT fence, attempt, worker_id, started_at, finished_at, outcome, error_class, error,
+       tokens_in, tokens_out, latency_ms
+  FROM job_attempts WHERE job_id = $1 ORDER BY fence;

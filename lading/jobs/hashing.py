@@ -1,0 +1,70 @@
+"""
+Canonical request hashes: what makes two acceptances "the same request".
+
+The hash covers everything that affects the result (document digest, extraction
+schema, model policy, validation policy) and nothing transport-level (priority,
+deadline, delivery endpoint, suspend, labels). It is versioned: a change to what the
+hash covers bumps HASH_VERSION, and stored hashes keep the version they were made with.
+Canonical JSON: sorted keys, no insignificant whitespace, UTF-8, so key order in the
+YAML a user applied never matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+HASH_VERSION = 1
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def content_digest(text: str) -> str:
+    """SHA-256 of a document's UTF-8 bytes, hex."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_request_hash(
+        *,
+        content_sha256: str,
+        schema: str,
+        model_policy: Mapping[str, Any],
+        validation_policy: str,
+) -> str:
+    """The hash of one job's request."""
+    return hashlib.sha256(
+        canonical_json(
+            {
+                "v": HASH_VERSION,
+                "document_sha256": content_sha256,
+                "schema": schema,
+                "model": dict(model_policy),
+                "validation_policy": validation_policy,
+            }
+        )
+    ).hexdigest()
+
+
+def batch_request_hash(
+        *,
+        schema: str,
+        model_policy: Mapping[str, Any],
+        validation_policy: str,
+        documents: Iterable[tuple[str, str]],
+) -> str:
+    """The hash of a whole batch: its result-affecting options and every (key, content digest)."""
+    return hashlib.sha256(
+        canonical_json(
+            {
+                "v": HASH_VERSION,
+                "schema": schema,
+                "model": dict(model_policy),
+                "validation_policy": validation_policy,
+                "documents": sorted(documents),
+            }
+        )
+    ).hexdigest()

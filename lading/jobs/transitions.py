@@ -1,0 +1,82 @@
+"""
+How an attempt ends: a closed set of constructors for the finishing transitions.
+
+The executor builds one `Finish` per attempt and hands it to the committer, which
+applies many at once with `lading.db.jobs.finish_many` (one compare-and-set statement).
+No code writes `state = ...` by hand; the SQL guards come from `states.LEGAL`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lading.ids import Fence, JobId
+from lading.jobs.states import JobState, is_legal
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    job_id: JobId
+    fence: Fence
+    to: JobState
+    outcome: str
+    """The attempt's outcome class (job_attempts.outcome), e.g. `ok`, `transient`."""
+    error_class: str | None = None
+    error: str | None = None
+    retry_in_s: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    latency_ms: int | None = None
+    result: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not is_legal(JobState.RUNNING, self.to):
+            raise ValueError(f"an attempt cannot finish in {self.to.value}")
+
+
+def succeed(
+        job_id: JobId, fence: Fence, *, result: dict[str, Any], validation: dict[str, Any], **usage: Any
+) -> Finish:
+    return Finish(job_id, fence, JobState.SUCCEEDED, "ok", result=result, validation=validation, **usage)
+
+
+def needs_review(
+        job_id: JobId,
+        fence: Fence,
+        *,
+        result: dict[str, Any],
+        validation: dict[str, Any],
+        error_class: str = "VALIDATION_FAILED",
+        **usage: Any,
+) -> Finish:
+    return Finish(
+        job_id,
+        fence,
+        JobState.REVIEW_REQUIRED,
+        "validation-failed",
+        error_class=error_class,
+        result=result,
+        validation=validation,
+        **usage,
+    )
+
+
+def retry(
+        job_id: JobId, fence: Fence, *, outcome: str, error_class: str, error: str, retry_in_s: float, **usage: Any
+) -> Finish:
+    return Finish(
+        job_id,
+        fence,
+        JobState.RETRY_SCHEDULED,
+        outcome,
+        error_class=error_class,
+        error=error,
+        retry_in_s=retry_in_s,
+        **usage,
+    )
+
+
+def fail(job_id: JobId, fence: Fence, *, outcome: str, error_class: str, error: str, **usage: Any) -> Finish:
+    return Finish(job_id, fence, JobState.FAILED_TERMINAL, outcome, error_class=error_class, error=error, **usage)
