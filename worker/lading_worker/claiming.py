@@ -1,0 +1,132 @@
+"""
+The claimer: keeps up to `concurrency` attempts in flight, claiming in batches.
+
+One round trip claims up to `batch_size` jobs (READY or due RETRY_SCHEDULED, by priority
+then age, SKIP LOCKED) and opens their attempt rows. Each claimed job becomes its own
+task: executor -> committer. When there is nothing to claim, the claimer sleeps until a
+NOTIFY says new work arrived for its pool, a slot frees up, or the poll interval passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+
+import asyncpg
+
+from lading import metrics
+from lading.db import jobs
+from lading.ids import PoolName, WorkerId
+from lading.settings import ClaimerSettings, LeaseSettings
+from lading_worker import committing, executing, inflight, loops
+
+logger = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "lading_jobs"
+"""Channel the acceptance trigger notifies with the pool name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    claimed: int = 0
+
+
+class Claimer:
+    def __init__(
+            self,
+            db: asyncpg.Pool,
+            registry: inflight.InFlight,
+            *,
+            pool: PoolName,
+            worker_id: WorkerId,
+            executor: executing.Executor,
+            committer: committing.Committer,
+            settings: ClaimerSettings,
+            lease: LeaseSettings,
+    ) -> None:
+        self._db = db
+        self._registry = registry
+        self._pool = pool
+        self._worker_id = worker_id
+        self._executor = executor
+        self._committer = committer
+        self._settings = settings
+        self._lease = lease
+        self.work_available = asyncio.Event()
+
+    async def run_once(self) -> ClaimResult:
+        free = self._settings.concurrency - len(self._registry)
+        if free <= 0:
+            return ClaimResult()
+        async with self._db.acquire() as conn:
+            claimed = await jobs.claim_batch(
+                conn,
+                pool=self._pool,
+                worker_id=self._worker_id,
+                limit=min(free, self._settings.batch_size),
+                lease_ttl_s=self._lease.ttl_s,
+            )
+        now = inflight.InFlight.now()
+        for job in claimed:
+            attempt = inflight.Attempt(job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s)
+            self._registry.add(attempt)
+            attempt.task = asyncio.create_task(self._attempt(attempt), name=f"attempt {job.id}/{job.fence}")
+        if claimed:
+            metrics.JOBS_CLAIMED.labels(self._pool).inc(len(claimed))
+            metrics.IN_FLIGHT.labels(self._pool).set(len(self._registry))
+        return ClaimResult(claimed=len(claimed))
+
+    async def _attempt(self, attempt: inflight.Attempt) -> None:
+        try:
+            finish = await self._executor.run(attempt.job, claimed_mono=attempt.claimed_mono)
+            attempt.phase = inflight.Phase.COMMITTING
+            await self._committer.submit(finish)
+        except asyncio.CancelledError:
+            logger.info("Attempt %s/%s cancelled; nothing committed", attempt.job.id, attempt.job.fence)
+        except Exception:
+            # The lease expires and the reaper reschedules the job; never crash the worker.
+            logger.exception("Attempt %s/%s crashed; leaving it to lease expiry", attempt.job.id, attempt.job.fence)
+        finally:
+            self._registry.remove(attempt.job.id)
+            metrics.IN_FLIGHT.labels(self._pool).set(len(self._registry))
+
+    def notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload == self._pool:
+            self.work_available.set()
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        listener = await self._listen()
+        try:
+            while not stop.is_set():
+                if len(self._registry) >= self._settings.concurrency:
+                    self._registry.changed.clear()
+                    await loops.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
+                    continue
+                self.work_available.clear()
+                try:
+                    result = await self.run_once()
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    logger.warning("Claim failed: %s", exc)
+                    await loops.wait_or_stop(stop, loops.jittered(self._settings.poll_interval_s))
+                    continue
+                if result.claimed == 0:
+                    await loops.wait_or_stop(
+                        stop, loops.jittered(self._settings.poll_interval_s), wake=self.work_available
+                    )
+        finally:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.remove_listener(NOTIFY_CHANNEL, self.notified)
+                    await self._db.release(listener)
+
+    async def _listen(self) -> asyncpg.Connection | None:
+        """A dedicated pooled connection for LISTEN; polling still works without it."""
+        try:
+            conn: asyncpg.Connection = await self._db.acquire()
+            await conn.add_listener(NOTIFY_CHANNEL, self.notified)
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.warning("Cannot LISTEN for new work, polling only: %s", exc)
+            return None
+        return conn

@@ -1,0 +1,111 @@
+"""
+One attempt: call the provider outside any transaction, validate what it returned,
+and turn the outcome into exactly one Finish transition.
+
+    OK + every check passes        -> SUCCEEDED        (result + verdict stored)
+    OK + a check fails             -> REVIEW_REQUIRED  (never silently "succeeded")
+    TERMINAL                       -> FAILED_TERMINAL
+    TRANSIENT / TIMEOUT_AMBIGUOUS /
+    INVALID_OUTPUT                 -> RETRY_SCHEDULED, or FAILED_TERMINAL when the retry
+                                      policy says attempts or deadline are exhausted
+
+The executor never touches the database; the committer applies its Finish under the
+fence. "Now" is the database time of the claim plus monotonic time since, so retry
+decisions never depend on this machine's wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import random
+import time
+from collections.abc import Callable
+
+from lading import errors, failpoints, metrics
+from lading.db import jobs
+from lading.jobs import retry, transitions
+from lading.providers import base
+from lading.settings import AttemptSettings
+from lading.validation import policies
+
+
+@dataclasses.dataclass
+class Executor:
+    provider: base.Provider
+    settings: AttemptSettings
+    rand: Callable[[], float] = random.random
+
+    async def run(self, job: jobs.ClaimedJob, *, claimed_mono: float) -> transitions.Finish:
+        document = base.Document(job_id=job.id, key=job.document_key, text=job.text, tenant=job.tenant)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                outcome = await self.provider.extract(document, schema=job.schema, policy=job.validation_policy)
+        except TimeoutError:
+            outcome = base.Outcome.failed(
+                base.OutcomeClass.TIMEOUT_AMBIGUOUS,
+                error_class="AttemptTimeout",
+                error=f"no answer within {self.settings.timeout_s:g} s; the request may have been billed",
+            )
+        except Exception as exc:  # a provider bug must not kill the worker; the retry policy bounds it
+            outcome = base.Outcome.failed(
+                base.OutcomeClass.TRANSIENT, error_class="ProviderError", error=f"{type(exc).__name__}: {exc}"[:500]
+            )
+        elapsed = time.monotonic() - started
+        metrics.PROVIDER_LATENCY.labels(job.pool).observe(elapsed)
+        await failpoints.ahit("worker.after_model_before_commit")
+        now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
+        return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
+
+    def decide(
+            self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, latency_ms: int
+    ) -> transitions.Finish:
+        usage = {"tokens_in": outcome.tokens_in, "tokens_out": outcome.tokens_out, "latency_ms": latency_ms}
+        if outcome.outcome is base.OutcomeClass.OK and outcome.result is not None:
+            try:
+                verdict = policies.validate(outcome.result, source_text=job.text, policy=job.validation_policy)
+            except errors.UnknownPolicy as exc:
+                return transitions.fail(
+                    job.id, job.fence, outcome="terminal", error_class="UNKNOWN_POLICY", error=str(exc), **usage
+                )
+            if verdict.passed:
+                return transitions.succeed(
+                    job.id, job.fence, result=outcome.result, validation=verdict.to_json(), **usage
+                )
+            return transitions.needs_review(
+                job.id, job.fence, result=outcome.result, validation=verdict.to_json(), **usage
+            )
+        error_class = outcome.error_class or "UNKNOWN"
+        error = outcome.error or ""
+        if outcome.outcome is base.OutcomeClass.TERMINAL:
+            return transitions.fail(
+                job.id, job.fence, outcome="terminal", error_class=error_class, error=error, **usage
+            )
+        decision = retry.decide(
+            attempt=job.attempt,
+            now=now,
+            deadline_at=job.deadline_at,
+            settings=self.settings,
+            retry_after_s=outcome.retry_after_s,
+            rand=self.rand,
+        )
+        if decision.retry and decision.at is not None:
+            return transitions.retry(
+                job.id,
+                job.fence,
+                outcome=outcome.outcome.value,
+                error_class=error_class,
+                error=error,
+                retry_in_s=max(0.0, (decision.at - now).total_seconds()),
+                **usage,
+            )
+        return transitions.fail(
+            job.id,
+            job.fence,
+            outcome=outcome.outcome.value,
+            error_class=decision.reason,
+            error=f"{error_class}: {error}",
+            **usage,
+        )

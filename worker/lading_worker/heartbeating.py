@@ -1,0 +1,89 @@
+"""
+Heartbeats: extend every lease this process owns in one statement, on an interval.
+
+Zero rows updated for a job means ownership is lost (the reaper rescued it, the batch
+was cancelled, or the lease ran out): its attempt is cancelled at once and never
+commits. If heartbeats cannot reach the database at all, each attempt is abandoned
+when our own conservative view of its lease runs out, before another worker can take
+the job, so a worker cut off from PostgreSQL stops working on jobs it no longer owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+import asyncpg
+
+from lading import metrics
+from lading.db import jobs
+from lading.ids import PoolName
+from lading.settings import LeaseSettings
+from lading_worker import inflight, loops
+
+logger = logging.getLogger(__name__)
+
+SAFETY_MARGIN_S = 1.0
+"""Abandon an attempt this long before our view of its lease ends (clock drift, latency)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatResult:
+    extended: int = 0
+    lost: int = 0
+
+
+class Heartbeater:
+    def __init__(
+            self, db: asyncpg.Pool, registry: inflight.InFlight, *, pool: PoolName, settings: LeaseSettings
+    ) -> None:
+        self._db = db
+        self._registry = registry
+        self._pool = pool
+        self._settings = settings
+
+    async def run_once(self) -> HeartbeatResult:
+        attempts = self._registry.all()
+        if not attempts:
+            return HeartbeatResult()
+        sent_mono = inflight.InFlight.now()
+        async with self._db.acquire() as conn:
+            owned = await jobs.heartbeat_many(
+                conn, [(a.job.id, a.job.fence) for a in attempts], lease_ttl_s=self._settings.ttl_s
+            )
+        lost = 0
+        for attempt in attempts:
+            if attempt.job.id in owned:
+                attempt.lease_deadline_mono = sent_mono + self._settings.ttl_s
+            elif self._lose(attempt):
+                lost += 1
+        return HeartbeatResult(extended=len(owned), lost=lost)
+
+    def abandon_expired(self) -> int:
+        """Cancel running attempts whose lease, as far as we know, is about to end."""
+        now = inflight.InFlight.now()
+        return sum(
+            self._lose(a) for a in self._registry.all() if a.lease_deadline_mono - SAFETY_MARGIN_S <= now
+        )
+
+    def _lose(self, attempt: inflight.Attempt) -> bool:
+        if attempt.phase is not inflight.Phase.RUNNING or attempt.task is None or attempt.task.done():
+            return False  # a committing attempt is settled by its compare-and-set
+        attempt.task.cancel()
+        metrics.LEASES_LOST.labels(self._pool).inc()
+        return True
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                result = await self.run_once()
+                if result.lost:
+                    logger.warning("Lost %d leases; their attempts were cancelled", result.lost)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("Heartbeat failed: %s", exc)
+            abandoned = self.abandon_expired()
+            if abandoned:
+                logger.warning("Abandoned %d attempts whose leases could not be extended", abandoned)
+            await loops.wait_or_stop(stop, min(self._settings.heartbeat_interval_s, SAFETY_MARGIN_S * 2)
+                                     if abandoned else self._settings.heartbeat_interval_s)

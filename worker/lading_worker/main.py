@@ -1,0 +1,77 @@
+"""
+The worker process: `python -m lading_worker` or `lading worker`.
+
+Migrates the database (safe with many replicas: advisory lock), then runs one Worker
+for one pool until SIGTERM/SIGINT, draining in-flight attempts within the grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+
+from lading.db import migrating
+from lading.db import pool as dbpool
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading_worker import running
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    parser.add_argument("--pool", required=True, help="InferencePool as namespace/name")
+    parser.add_argument("--concurrency", type=int, default=ClaimerSettings.concurrency)
+    parser.add_argument("--claim-batch", type=int, default=ClaimerSettings.batch_size)
+    parser.add_argument("--poll-interval", type=float, default=ClaimerSettings.poll_interval_s)
+    parser.add_argument("--lease-ttl", type=float, default=LeaseSettings.ttl_s)
+    parser.add_argument("--heartbeat-interval", type=float, default=LeaseSettings.heartbeat_interval_s)
+    parser.add_argument("--reaper-interval", type=float, default=ReaperSettings.interval_s)
+    parser.add_argument("--attempt-timeout", type=float, default=AttemptSettings.timeout_s)
+    parser.add_argument("--max-attempts", type=int, default=AttemptSettings.max_attempts)
+    parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
+    parser.add_argument("--grace", type=float, default=WorkerSettings.shutdown_grace_s)
+
+
+def settings_from(args: argparse.Namespace) -> WorkerSettings:
+    return WorkerSettings(
+        pool=args.pool,
+        lease=LeaseSettings(ttl_s=args.lease_ttl, heartbeat_interval_s=args.heartbeat_interval),
+        claimer=ClaimerSettings(
+            concurrency=args.concurrency, batch_size=args.claim_batch, poll_interval_s=args.poll_interval
+        ),
+        reaper=ReaperSettings(interval_s=args.reaper_interval),
+        attempt=AttemptSettings(
+            timeout_s=args.attempt_timeout, max_attempts=args.max_attempts, backoff_base_s=args.backoff_base
+        ),
+        shutdown_grace_s=args.grace,
+    )
+
+
+async def serve(dsn: str, settings: WorkerSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    conn = await dbpool.connect(dsn)
+    try:
+        await migrating.migrate(conn)
+    finally:
+        await conn.close()
+    await running.run_worker(dsn, settings, stop)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        raise SystemExit("lading worker: --database-url or $DATABASE_URL is required")
+    asyncio.run(serve(args.database_url, settings_from(args)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="lading_worker", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,135 @@
+"""
+The Worker: every loop of one worker process wired as a named task.
+
+    claimer      claims jobs and starts attempts           (stops first on shutdown)
+    heartbeater  extends leases of in-flight attempts       (runs until attempts drained)
+    committer    group-commits finished attempts            (runs until attempts drained)
+    reaper       rescues expired leases, expires deadlines
+
+If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
+claiming, let in-flight attempts finish within the grace period while heartbeats and
+commits go on, then cancel what is left: those jobs keep their rows and are rescued by a
+reaper after their lease expires. An accepted job is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+
+import asyncpg
+
+from lading.db import pool as dbpool
+from lading.db import registry
+from lading.ids import PoolName, WorkerId
+from lading.providers import base, factory
+from lading.settings import WorkerSettings
+from lading_worker import claiming, committing, executing, heartbeating, inflight, reaping
+
+logger = logging.getLogger(__name__)
+
+
+def new_worker_id() -> WorkerId:
+    return WorkerId(f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}")
+
+
+class PoolNotFound(LookupError):
+    """The worker was started for a pool that is not registered in the database."""
+
+
+class Worker:
+    def __init__(
+            self,
+            db: asyncpg.Pool,
+            *,
+            settings: WorkerSettings,
+            provider: base.Provider | None = None,
+            worker_id: WorkerId | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.provider = provider
+        self.worker_id = worker_id or new_worker_id()
+        self.inflight = inflight.InFlight()
+
+    async def _provider(self) -> base.Provider:
+        if self.provider is not None:
+            return self.provider
+        async with self.db.acquire() as conn:
+            pool = await registry.get_pool(conn, name=PoolName(self.settings.pool))
+        if pool is None:
+            raise PoolNotFound(f"InferencePool {self.settings.pool} is not registered")
+        return factory.for_pool(pool)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        pool = PoolName(s.pool)
+        committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
+        executor = executing.Executor(provider=await self._provider(), settings=s.attempt)
+        claimer = claiming.Claimer(
+            self.db,
+            self.inflight,
+            pool=pool,
+            worker_id=self.worker_id,
+            executor=executor,
+            committer=committer,
+            settings=s.claimer,
+            lease=s.lease,
+        )
+        heartbeater = heartbeating.Heartbeater(self.db, self.inflight, pool=pool, settings=s.lease)
+        reaper = reaping.Reaper(self.db, settings=s.reaper, attempt=s.attempt)
+
+        stop_claiming, stop_support = asyncio.Event(), asyncio.Event()
+        claim_task = asyncio.create_task(claimer.run_forever(stop_claiming), name="claimer")
+        support = [
+            asyncio.create_task(heartbeater.run_forever(stop_support), name="heartbeater"),
+            asyncio.create_task(committer.run_forever(stop_support), name="committer"),
+            asyncio.create_task(reaper.run_forever(stop_support), name="reaper"),
+        ]
+        stopper = asyncio.create_task(stop.wait(), name="stop signal")
+        logger.info("Worker %s started for pool %s", self.worker_id, pool)
+        try:
+            done, _ = await asyncio.wait([stopper, claim_task, *support], return_when=asyncio.FIRST_COMPLETED)
+            stop_claiming.set()
+            await claim_task  # re-raises if the claimer died
+            for task in done:
+                if task is not stopper:
+                    task.result()  # a support loop died: re-raise after stopping the claimer
+            await self._drain()
+        finally:
+            stop_claiming.set()
+            stop_support.set()
+            stopper.cancel()
+            for task in self.inflight.tasks():
+                task.cancel()
+            results = await asyncio.gather(claim_task, *support, stopper, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                    logger.error("Worker loop failed: %r", result)
+        logger.info("Worker %s stopped", self.worker_id)
+
+    async def _drain(self) -> None:
+        tasks = self.inflight.tasks()
+        if not tasks:
+            return
+        logger.info("Draining %d in-flight attempts (grace %.0f s)", len(tasks), self.settings.shutdown_grace_s)
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pending, return_exceptions=True)
+        if pending:
+            logger.warning("%d attempts did not finish in the grace period; their leases will expire", len(pending))
+
+
+async def run_worker(dsn: str, settings: WorkerSettings, stop: asyncio.Event) -> None:
+    """Open a pool sized for the worker's loops and run one Worker until `stop`."""
+    db = await dbpool.create_pool(dsn, min_size=2, max_size=8)
+    try:
+        await Worker(db, settings=settings).run(stop)
+    finally:
+        await db.close()
