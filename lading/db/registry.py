@@ -68,3 +68,16 @@ async def get_pool(conn: asyncpg.Connection, *, name: PoolName) -> Pool | None:
 
 async def upsert_endpoint(conn: asyncpg.Connection, *, name: str, url: str, spec: dict[str, Any]) -> None:
     await conn.execute(queries.sql("endpoint_upsert"), name, url, spec)
+
+
+async def tenant_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) -> int:
+    return int(await conn.fetchval(queries.sql("tenant_queued_jobs"), tenant))
+
+
+async def tenant_max_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) -> int | None:
+    value = await conn.fetchval(queries.sql("tenant_max_queued_jobs"), tenant)
+    return None if value is None else int(value)
+
+
+async def batch_exists(conn: asyncpg.Connection, *, tenant: TenantName, idempotency_key: str) -> bool:
+    return bool(await conn.fetchval(queries.sql("batch_exists"), tenant, idempotency_key))

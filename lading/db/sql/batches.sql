@@ -17,10 +17,14 @@ SELECT id FROM extraction_jobs WHERE batch_id = $1 ORDER BY ordinal;
 -- Per-state counts of one batch, for status and `lading run`'s progress.
 SELECT state, count(*)::int AS n FROM extraction_jobs WHERE batch_id = $1 GROUP BY state;
 
--- name: batch_summary
-SELECT b.id, b.tenant, b.namespace, b.name, b.total_jobs, b.created_at,
-       (SELECT max(finished_at) FROM extraction_jobs j WHERE j.batch_id = b.id) AS last_finished_at
+-- name: batch_timing
+-- When the batch was accepted and when its last job settled (or last changed).
+SELECT b.created_at AS started_at,
+       (SELECT max(coalesce(j.finished_at, j.updated_at)) FROM extraction_jobs j WHERE j.batch_id = b.id) AS last_change_at
   FROM batches b WHERE b.id = $1;
 
 -- name: batch_set_suspended
 UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id;
+
+-- name: batch_exists
+SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2);

@@ -8,3 +8,11 @@ ON CONFLICT (name) DO UPDATE
 -- name: tenant_for_namespace
 -- Tenant identity comes from trusted context: the namespace of the resource.
 SELECT name FROM tenants WHERE $1 = ANY (namespaces) ORDER BY name;
+
+-- name: tenant_queued_jobs
+-- Jobs a tenant has waiting or running: what maxQueuedJobs bounds.
+SELECT count(*)::bigint FROM extraction_jobs
+ WHERE tenant = $1 AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+
+-- name: tenant_max_queued_jobs
+SELECT max_queued_jobs FROM tenants WHERE name = $1;

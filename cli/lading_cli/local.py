@@ -1,0 +1,228 @@
+"""
+`lading run FILE...`: the whole system on one machine.
+
+Reads the YAML a platform team would `kubectl apply` (TenantQuota, InferencePool,
+DeliveryEndpoint, ExtractionBatch, Secret; several documents per file), validates all of
+it before touching the database, applies it in one transaction through the same core
+functions the operator uses, runs workers in-process until every batch is settled (each
+job terminal or waiting for review), and prints a summary.
+
+Without `--database-url`/`$DATABASE_URL` it starts an embedded PostgreSQL (a real server,
+see `lading.db.embedded`) in `.lading/embedded/`, and stops and deletes it at exit unless
+`--keep-data` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import asyncpg
+import rich.console
+import rich.table
+
+from lading import applying, errors
+from lading.db import batches, embedded, migrating
+from lading.db import pool as dbpool
+from lading.jobs.states import JobState
+from lading.models import manifests
+from lading.settings import ClaimerSettings, ReaperSettings, WorkerSettings
+from lading_cli import progress
+from lading_worker import running
+
+POLL_S = 0.25
+"""How often progress is read from the database."""
+
+EXIT_OK, EXIT_TIMEOUT, EXIT_INVALID = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", type=pathlib.Path, help="YAML manifests (several documents per file)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL"),
+        help="PostgreSQL URL (default: $DATABASE_URL, else an embedded server started for this run)",
+    )
+    parser.add_argument("--data-dir", type=pathlib.Path, help="data directory of the embedded server")
+    parser.add_argument("--keep-data", action="store_true", help="keep the embedded server's data after the run")
+    parser.add_argument("--workers", type=int, default=1, help="worker loops per InferencePool (default 1)")
+    parser.add_argument("--concurrency", type=int, help="attempts in flight per worker (default: the pool's spec)")
+    parser.add_argument("--timeout", type=float, help="exit 1 if batches are not settled after SECONDS")
+    parser.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        loaded = manifests.load_paths(args.files)
+    except errors.ManifestError as exc:
+        print(f"lading run: invalid manifests:\n{exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not loaded.extraction_batches:
+        print("lading run: the manifests contain no ExtractionBatch; nothing to run", file=sys.stderr)
+        return EXIT_INVALID
+    with _database(args) as (dsn, kind):
+        return asyncio.run(_run(dsn, kind, loaded, args))
+
+
+@contextlib.contextmanager
+def _database(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    if args.database_url:
+        yield args.database_url, "external"
+        return
+    data_dir = args.data_dir or embedded.STATE_DIR / "embedded" / f"run-{os.getpid()}"
+    with embedded.running(data_dir, delete_on_exit=not args.keep_data) as server:
+        yield server.dsn, "embedded"
+
+
+async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    conn = await dbpool.connect(dsn)
+    try:
+        await migrating.migrate(conn)
+        try:
+            applied = await applying.apply_manifests(conn, loaded)
+        except (applying.AdmissionRejected, errors.IdempotencyConflict) as exc:
+            print(f"lading run: not applied (nothing was changed): {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    finally:
+        await conn.close()
+
+    settings = _worker_settings(loaded, applied, args)
+    db = await dbpool.create_pool(dsn, min_size=2, max_size=4 + 4 * len(settings))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    workers = [asyncio.create_task(running.Worker(db, settings=s).run(stop), name=f"worker {s.pool}") for s in settings]
+    display = _display(args)
+    timed_out = False
+    try:
+        while True:
+            snapshot = await _snapshot(db, applied)
+            display.update(snapshot)
+            if all(p.done for _, p in snapshot):
+                break
+            if args.timeout is not None and time.monotonic() - started > args.timeout:
+                timed_out = True
+                break
+            crashed = [t for t in workers if t.done()]
+            if crashed or stop.is_set():
+                for task in crashed:
+                    task.result()
+                break
+            await asyncio.sleep(POLL_S)
+    finally:
+        display.close()
+        stop.set()
+        await asyncio.gather(*workers, return_exceptions=True)
+    try:
+        summary = await _summary(db, applied, database=kind, elapsed_s=time.monotonic() - started)
+    finally:
+        await db.close()
+    _print_summary(summary, as_json=args.json)
+    if timed_out:
+        print(f"lading run: batches not settled within {args.timeout:g} s", file=sys.stderr)
+        return EXIT_TIMEOUT
+    return EXIT_OK if all(b["settled"] for b in summary["batches"]) else EXIT_TIMEOUT
+
+
+def _worker_settings(
+        loaded: manifests.Manifests, applied: Sequence[applying.AppliedBatch], args: argparse.Namespace
+) -> list[WorkerSettings]:
+    specs_by_pool = {
+        applying.pool_key(p.resource.metadata.namespace or "default", p.resource.metadata.name): p.resource.spec
+        for p in loaded.inference_pools
+    }
+    result = []
+    for pool in sorted({a.pool for a in applied}):
+        concurrency = args.concurrency or specs_by_pool[pool].workers.concurrency
+        for _ in range(args.workers):
+            result.append(
+                WorkerSettings(
+                    pool=pool,
+                    claimer=ClaimerSettings(concurrency=concurrency, poll_interval_s=0.2),
+                    reaper=ReaperSettings(interval_s=1.0),
+                )
+            )
+    return result
+
+
+def _display(args: argparse.Namespace) -> progress.Display:
+    if not args.json and sys.stdout.isatty():
+        return progress.LiveDisplay(rich.console.Console())
+    return progress.PlainDisplay(sys.stderr if args.json else sys.stdout)
+
+
+async def _snapshot(
+        db: asyncpg.Pool, applied: Sequence[applying.AppliedBatch]
+) -> list[tuple[str, batches.Progress]]:
+    async with db.acquire() as conn:
+        return [
+            (
+                f"{a.namespace}/{a.name}",
+                await batches.progress(conn, batch_id=a.result.batch_id, total=len(a.result.job_ids)),
+            )
+            for a in applied
+        ]
+
+
+def _rfc3339(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+async def _summary(
+        db: asyncpg.Pool, applied: Sequence[applying.AppliedBatch], *, database: str, elapsed_s: float
+) -> dict[str, Any]:
+    out = []
+    async with db.acquire() as conn:
+        for a in applied:
+            snapshot = await batches.progress(conn, batch_id=a.result.batch_id, total=len(a.result.job_ids))
+            started_at, last_change_at = await batches.timing(conn, batch_id=a.result.batch_id)
+            out.append(
+                {
+                    "namespace": a.namespace,
+                    "name": a.name,
+                    "tenant": a.tenant,
+                    "pool": a.pool,
+                    "total": snapshot.total,
+                    "counts": {state.value: snapshot.counts[state] for state in JobState},
+                    "delivered": 0,
+                    "settled": snapshot.done,
+                    "started_at": _rfc3339(started_at),
+                    "completed_at": _rfc3339(last_change_at) if snapshot.done else None,
+                }
+            )
+    return {"batches": out, "database": database, "elapsed_s": round(elapsed_s, 3)}
+
+
+def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    table = rich.table.Table(title=f"Lading run ({summary['database']} database, {summary['elapsed_s']:.1f} s)")
+    for column in ("batch", "total", "succeeded", "review", "failed", "cancelled", "other", "settled"):
+        table.add_column(column, justify="left" if column == "batch" else "right")
+    for b in summary["batches"]:
+        counts = b["counts"]
+        other = counts["READY"] + counts["RUNNING"] + counts["RETRY_SCHEDULED"]
+        table.add_row(
+            f"{b['namespace']}/{b['name']}",
+            str(b["total"]),
+            str(counts["SUCCEEDED"]),
+            str(counts["REVIEW_REQUIRED"]),
+            str(counts["FAILED_TERMINAL"]),
+            str(counts["CANCELLED"]),
+            str(other),
+            "yes" if b["settled"] else "no",
+        )
+    rich.console.Console().print(table)

@@ -1,0 +1,69 @@
+"""
+`lading` subcommands:
+
+    run FILE...   apply manifests and run the whole system on this machine until done
+    migrate       apply database migrations (idempotent, safe to run concurrently)
+    worker        run one worker process for one InferencePool
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from lading import __version__
+from lading.db import migrating
+from lading.db import pool as dbpool
+from lading_cli import local
+from lading_worker import main as worker_main
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        print("lading migrate: --database-url or $DATABASE_URL is required", file=sys.stderr)
+        return 2
+
+    async def run() -> migrating.MigrateResult:
+        conn = await dbpool.connect(args.database_url)
+        try:
+            return await migrating.migrate(conn)
+        finally:
+            await conn.close()
+
+    result = asyncio.run(run())
+    applied = ", ".join(f"{v:04d}" for v in result.applied) or "none"
+    print(f"schema at version {result.current:04d}; applied now: {applied}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lading", description="Durable, asynchronous LLM document extraction.")
+    parser.add_argument("--version", action="version", version=f"lading {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("LADING_LOG_LEVEL", "WARNING"))
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="apply manifests and run everything on this machine until done")
+    local.add_arguments(run)
+    run.set_defaults(handler=local.run)
+
+    migrate = commands.add_parser("migrate", help="apply database migrations")
+    migrate.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    migrate.set_defaults(handler=_migrate)
+
+    worker = commands.add_parser("worker", help="run a worker for one InferencePool")
+    worker_main.add_arguments(worker)
+    worker.set_defaults(handler=worker_main.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    handler = args.handler
+    return int(handler(args))

@@ -1,0 +1,142 @@
+"""
+Applying resources to the data plane: the functions the operator's handlers and
+`lading run` share, so both admit work the same way.
+
+    TenantQuota       -> tenants row
+    InferencePool     -> pools row       (`namespace/name`)
+    DeliveryEndpoint  -> endpoints row   (URL only; secrets stay in Secrets, never in the database)
+    ExtractionBatch   -> admission: tenant from the namespace (trusted context), quota
+                         and policy checks, then `accepting.accept_batch`
+
+`apply_manifests` applies a whole validated manifest set in one transaction: either all
+of it is applied or none of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import asyncpg
+
+from lading import accepting, errors
+from lading.db import registry
+from lading.ids import PoolName, TenantName
+from lading.models import manifests, specs
+
+
+class AdmissionRejected(errors.PermanentError):
+    """A batch was not admitted; `reason` is the condition reason (CamelCase)."""
+
+    def __init__(self, *, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class AppliedBatch:
+    namespace: str
+    name: str
+    tenant: TenantName
+    pool: PoolName
+    result: accepting.AcceptResult
+
+
+def pool_key(namespace: str, name: str) -> PoolName:
+    return PoolName(f"{namespace}/{name}")
+
+
+async def apply_tenant_quota(conn: asyncpg.Connection, quota: specs.TenantQuota) -> None:
+    spec = quota.spec
+    await registry.upsert_tenant(
+        conn,
+        name=TenantName(quota.metadata.name),
+        namespaces=spec.namespaces,
+        weight=spec.weight,
+        max_queued_jobs=spec.max_queued_jobs,
+        max_in_flight=spec.max_in_flight,
+        spec=spec.model_dump(mode="json", by_alias=True),
+    )
+
+
+async def apply_inference_pool(conn: asyncpg.Connection, pool: specs.InferencePool) -> None:
+    spec = pool.spec
+    await registry.upsert_pool(
+        conn,
+        name=pool_key(pool.metadata.namespace or "default", pool.metadata.name),
+        provider=spec.provider,
+        model=spec.model,
+        spec=spec.model_dump(mode="json", by_alias=True),
+        paused=spec.paused,
+    )
+
+
+async def apply_delivery_endpoint(conn: asyncpg.Connection, endpoint: specs.DeliveryEndpoint) -> None:
+    await registry.upsert_endpoint(
+        conn,
+        name=f"{endpoint.metadata.namespace or 'default'}/{endpoint.metadata.name}",
+        url=endpoint.spec.url,
+        spec=endpoint.spec.model_dump(mode="json", by_alias=True),
+    )
+
+
+async def admit_batch(conn: asyncpg.Connection, batch: specs.ExtractionBatch) -> AppliedBatch:
+    """Resolve the tenant, check quota and policy, accept. Idempotent like acceptance."""
+    namespace = batch.metadata.namespace or "default"
+    spec = batch.spec
+    tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
+    if tenant is None:
+        raise AdmissionRejected(
+            reason="NoTenantQuota", message=f"namespace {namespace} is not covered by any TenantQuota"
+        )
+    pool_name = pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name)
+    pool = await registry.get_pool(conn, name=pool_name)
+    if pool is None:
+        raise AdmissionRejected(reason="PoolNotFound", message=f"InferencePool {pool_name} does not exist")
+    if spec.documents is None:
+        raise AdmissionRejected(
+            reason="ManifestUriUnsupported",
+            message=f"ExtractionBatch {namespace}/{batch.metadata.name}: spec.manifestUri is not supported by "
+            "this version; list the documents inline in spec.documents",
+        )
+    request = accepting.BatchRequest(
+        tenant=tenant,
+        namespace=namespace,
+        name=batch.metadata.name,
+        uid=batch.metadata.uid or "",
+        schema=spec.extraction_schema,
+        pool=pool_name,
+        model_policy={"pool": pool_name, "provider": pool.provider, "model": pool.model},
+        validation_policy=spec.validation_policy,
+        priority=spec.priority,
+        deadline_s=spec.deadline_seconds,
+        documents=[accepting.DocumentInput(key=d.key, text=d.text) for d in spec.documents],
+        endpoint=(
+            f"{namespace}/{spec.delivery_endpoint_ref.name}" if spec.delivery_endpoint_ref is not None else None
+        ),
+        suspended=spec.suspend,
+    )
+    limit = await registry.tenant_max_queued_jobs(conn, tenant=tenant)
+    existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=request.idempotency_key)
+    if limit is not None and not existing:
+        queued = await registry.tenant_queued_jobs(conn, tenant=tenant)
+        if queued + len(request.documents) > limit:
+            raise AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {queued} queued jobs; {len(request.documents)} more would exceed "
+                f"maxQueuedJobs={limit}",
+            )
+    result = await accepting.accept_batch(conn, request)
+    return AppliedBatch(namespace=namespace, name=batch.metadata.name, tenant=tenant, pool=pool_name, result=result)
+
+
+async def apply_manifests(conn: asyncpg.Connection, loaded: manifests.Manifests) -> Sequence[AppliedBatch]:
+    """Apply a validated manifest set in one transaction: all of it, or none of it."""
+    async with conn.transaction():
+        for quota in loaded.tenant_quotas:
+            await apply_tenant_quota(conn, quota.resource)
+        for pool in loaded.inference_pools:
+            await apply_inference_pool(conn, pool.resource)
+        for endpoint in loaded.delivery_endpoints:
+            await apply_delivery_endpoint(conn, endpoint.resource)
+        return [await admit_batch(conn, batch.resource) for batch in loaded.extraction_batches]

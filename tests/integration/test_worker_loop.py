@@ -1,0 +1,163 @@
+"""The Worker in-process: attempts run concurrently, commit under the fence, drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from lading import accepting
+from lading.providers import base
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading_worker import running
+from tests.support import factories, providers, waiting
+
+TERMINAL_OUTCOME = base.Outcome.failed(base.OutcomeClass.TERMINAL, error_class="UNREADABLE_DOCUMENT", error="x")
+
+
+def _settings(**overrides: object) -> WorkerSettings:
+    defaults: dict[str, object] = {
+        "pool": factories.POOL,
+        "lease": LeaseSettings(ttl_s=10, heartbeat_interval_s=0.05),
+        "claimer": ClaimerSettings(concurrency=20, batch_size=10, poll_interval_s=0.05),
+        "reaper": ReaperSettings(interval_s=0.05),
+        "attempt": AttemptSettings(backoff_base_s=0.01, backoff_cap_s=0.02, timeout_s=5),
+        "shutdown_grace_s": 5.0,
+    }
+    defaults.update(overrides)
+    return WorkerSettings(**defaults)  # type: ignore[arg-type]
+
+
+async def _states(db: asyncpg.Connection) -> dict[str, int]:
+    rows = await db.fetch("SELECT state, count(*)::int AS n FROM extraction_jobs GROUP BY state")
+    return {r["state"]: r["n"] for r in rows}
+
+
+async def test_a_worker_settles_every_job_with_bounded_concurrency(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=60))
+    in_flight, peak = 0, 0
+
+    def reply(_: base.Document) -> base.Outcome:
+        return TERMINAL_OUTCOME
+
+    class Counting(providers.ScriptedProvider):
+        async def extract(self, document: base.Document, *, schema: str, policy: str) -> base.Outcome:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await asyncio.sleep(0.02)
+                return reply(document)
+            finally:
+                in_flight -= 1
+
+    stop = asyncio.Event()
+    worker = running.Worker(dbpool, settings=_settings(), provider=Counting(reply))
+    task = asyncio.create_task(worker.run(stop))
+    await waiting.until(lambda: _all_settled(db, 60), timeout_s=30)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert await _states(db) == {"FAILED_TERMINAL": 60}
+    assert 1 < peak <= 20
+    assert await db.fetchval("SELECT count(*) FROM job_attempts WHERE outcome = 'terminal'") == 60
+
+
+async def _all_settled(db: asyncpg.Connection, n: int) -> bool:
+    return await db.fetchval(
+        "SELECT count(*) FROM extraction_jobs WHERE state IN ('SUCCEEDED','FAILED_TERMINAL','REVIEW_REQUIRED')"
+    ) == n
+
+
+async def test_transient_failures_are_retried_and_the_attempt_history_is_kept(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=1, max_attempts=3))
+    provider = providers.ScriptedProvider(
+        providers.always(base.Outcome.failed(base.OutcomeClass.TRANSIENT, error_class="RateLimited", error="429"))
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(running.Worker(dbpool, settings=_settings(), provider=provider).run(stop))
+    await waiting.until(lambda: _all_settled(db, 1), timeout_s=30)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    row = await db.fetchrow("SELECT state, attempt, last_error_class FROM extraction_jobs")
+    assert row is not None
+    assert (row["state"], row["attempt"], row["last_error_class"]) == ("FAILED_TERMINAL", 3, "ATTEMPTS_EXHAUSTED")
+    outcomes = await db.fetch("SELECT outcome, error_class FROM job_attempts ORDER BY fence")
+    assert [(r["outcome"], r["error_class"]) for r in outcomes] == [("transient", "RateLimited")] * 2 + [
+        ("transient", "ATTEMPTS_EXHAUSTED")
+    ]
+    assert len(provider.calls) == 3
+
+
+async def test_an_attempt_whose_lease_is_lost_is_cancelled_and_never_commits(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    result = await accepting.accept_batch(db, factories.batch_request(count=1))
+    gate = asyncio.Event()
+    provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=gate)
+    stop = asyncio.Event()
+    task = asyncio.create_task(running.Worker(dbpool, settings=_settings(), provider=provider).run(stop))
+    await asyncio.wait_for(provider.started.wait(), 10)
+    await db.execute("UPDATE extraction_jobs SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL,"
+                     " finished_at = clock_timestamp() WHERE id = $1", result.job_ids[0])
+
+    async def cancelled() -> bool:
+        return provider.cancelled == 1
+
+    await waiting.until(cancelled, timeout_s=10)
+    gate.set()
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert await db.fetchval("SELECT state FROM extraction_jobs") == "CANCELLED"
+    assert await db.fetchval("SELECT count(*) FROM job_attempts WHERE finished_at IS NOT NULL") == 0
+    assert await db.fetchval("SELECT count(*) FROM stale_completions") == 0
+
+
+async def test_stop_drains_in_flight_attempts_before_returning(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=5))
+    gate = asyncio.Event()
+    provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=gate)
+    stop = asyncio.Event()
+    worker = running.Worker(dbpool, settings=_settings(), provider=provider)
+    task = asyncio.create_task(worker.run(stop))
+
+    async def five_running() -> bool:
+        return len(provider.calls) == 5
+
+    await waiting.until(five_running, timeout_s=10)
+    stop.set()
+    await asyncio.sleep(0)  # let the worker observe the stop while attempts are blocked
+    assert not task.done()
+    gate.set()
+    await asyncio.wait_for(task, 10)
+    assert await _states(db) == {"FAILED_TERMINAL": 5}
+
+
+async def test_attempts_still_running_after_the_grace_period_are_left_to_lease_expiry(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=2))
+    provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=asyncio.Event())
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        running.Worker(dbpool, settings=_settings(shutdown_grace_s=0.1), provider=provider).run(stop)
+    )
+
+    async def two_running() -> bool:
+        return len(provider.calls) == 2
+
+    await waiting.until(two_running, timeout_s=10)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert await _states(db) == {"RUNNING": 2}
+    assert provider.cancelled == 2
