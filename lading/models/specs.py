@@ -1,0 +1,855 @@
+"""
+Spec models of Lading's custom resources (group `lading.dev`, version `v1alpha1`) and of the
+core Kubernetes objects a manifest set may carry (Secret).
+
+These models are the one definition of what a user may write: the CRDs' openAPIV3Schema is
+generated from them (so every bound and every `description` here ends up in `kubectl explain`),
+the operator parses `spec` with them, and `lading run` loads manifest files with them
+(`lading.models.manifests`). Field names are the public contract of DESIGN.md §3: Python uses
+snake_case, YAML uses camelCase (the alias generator), and unknown fields are errors.
+
+What this module does not own:
+- reading files, YAML, cross-resource references (a batch naming a pool that exists, a Secret
+  that has the key, a namespace some TenantQuota covers): `lading.models.manifests`;
+- status: written by the operator, modelled next to its reconcilers;
+- defaulting of `metadata.namespace`: done by whoever knows the context (the loader, the API
+  server).
+
+Rules that involve two fields (maxReplicas >= minReplicas, "model is required for vllm") are
+field validators on the later field, so an error points at the field to fix
+(`spec.workers.maxReplicas`), not at the whole spec. The CRD generator must restate them as CEL
+`x-kubernetes-validations`; they cannot be derived from the JSON schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import urllib.parse
+from typing import Annotated, ClassVar, Literal
+
+import pydantic
+import pydantic.alias_generators
+
+GROUP = "lading.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# --- Patterns. Kubernetes' own where one exists, so a manifest valid here is valid in a cluster.
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+POOL_KEY_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+HTTP_URL_PATTERN = r"^https?://[^\s/?#]+[^\s]*$"
+MANIFEST_URI_PATTERN = r"^(file://|https?://)[^\s]+$"
+DOCUMENT_KEY_PATTERN = r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$"
+VALIDATION_POLICY_PATTERN = r"^[a-z0-9-]+-v\d+$"
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+KEY_ID_PATTERN = r"^[A-Za-z0-9._-]+$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+PATTERN_HINTS: dict[str, str] = {
+    DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
+    "with a letter or digit)",
+    DNS_SUBDOMAIN_PATTERN: "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting "
+    "and ending with a letter or digit)",
+    SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_' and '.')",
+    POOL_KEY_PATTERN: "'namespace/name' of an InferencePool",
+    HTTP_URL_PATTERN: "an http:// or https:// URL with a host and no spaces",
+    MANIFEST_URI_PATTERN: "a file://, http:// or https:// URI with no spaces",
+    DOCUMENT_KEY_PATTERN: "a document key (letters, digits, '.', '_', '-' and '/', not starting with '/')",
+    VALIDATION_POLICY_PATTERN: "a versioned policy name such as 'invoice-strict-v1'",
+    MODEL_NAME_PATTERN: "a model name (letters, digits and . _ : / @ + -)",
+    IMAGE_PATTERN: "a container image reference such as 'vllm/vllm-openai:v0.8.5'",
+    KEY_ID_PATTERN: "a key id (letters, digits, '.', '_' and '-')",
+    LABEL_KEY_PATTERN: "a label key ('prefix/name', name at most 63 characters)",
+    LABEL_VALUE_PATTERN: "a label value (at most 63 letters, digits, '-', '_' and '.', starting and "
+    "ending with a letter or digit)",
+}
+"""A human phrase for each pattern above, so error messages say "must be a DNS-1123 label"
+instead of printing a regular expression. The loader completes it to "must be <hint>"."""
+
+# --- Defaults, and why.
+
+MAX_QUEUED_JOBS_DEFAULT = 100_000
+"""Room for twenty large batches per tenant before admission says "quota exhausted"."""
+MAX_IN_FLIGHT_DEFAULT = 64
+"""Two workers at the default concurrency: enough for one tenant to saturate a small pool."""
+REQUESTS_PER_MINUTE_DEFAULT = 600
+"""Ten requests a second: a conservative start; raise it to what the provider really allows."""
+TOKENS_PER_MINUTE_DEFAULT = 200_000
+"""About 130 invoice extractions a minute at ~1,500 tokens each."""
+MAX_CONCURRENCY_DEFAULT = 32
+"""One worker's worth of requests in flight against the model at once."""
+WORKER_CONCURRENCY_DEFAULT = 32
+"""Model calls are I/O-bound for a worker; 32 keeps a vLLM replica's batch busy."""
+TARGET_OLDEST_AGE_S_DEFAULT = 120
+"""Scale up once the oldest eligible job has waited two minutes."""
+SCALE_DOWN_STABILIZATION_S_DEFAULT = 300
+"""Five minutes, like the HorizontalPodAutoscaler's default: do not flap between bursts."""
+DEADLINE_S_DEFAULT = 21_600
+"""Six hours: an overnight-batch style deadline that still fails loudly within a working day."""
+DEADLINE_S_MAX = 30 * 24 * 3600
+"""Thirty days: longer than any retry budget; a batch that old is abandoned, not slow."""
+VALIDATION_POLICY_DEFAULT = "invoice-strict-v1"
+RETRY_MAX_ATTEMPTS_DEFAULT = 12
+"""With backoff, enough attempts to ride out an ERP maintenance window; maxAgeSeconds bounds the time."""
+RETRY_MAX_AGE_S_DEFAULT = 86_400
+"""One day; after that the delivery goes terminal and needs a human."""
+VLLM_IMAGE_DEFAULT = "vllm/vllm-openai:v0.8.5"
+"""Pinned, never `latest`: an image change restarts every model server."""
+GPU_MEMORY_UTILIZATION_DEFAULT = 0.9
+"""vLLM's own default."""
+
+INLINE_DOCUMENTS_MAX = 5000
+"""Above this, use manifestUri: the whole ExtractionBatch object must fit in etcd (~1.5 MiB)."""
+INLINE_TEXT_MAX_BYTES = 1024 * 1024
+"""One document's OCR text, UTF-8 encoded."""
+
+# --- Reusable constrained types.
+
+Priority = Literal["high", "normal", "low"]
+PRIORITIES: tuple[Priority, ...] = ("high", "normal", "low")
+ProviderName = Literal["builtin", "openai-compatible", "vllm"]
+SchemaName = Literal["invoice.v1"]
+
+
+def _check_http_url(value: str) -> str:
+    parts = urllib.parse.urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise ValueError(f"invalid port in URL: {exc}") from None
+    if not parts.hostname:
+        raise ValueError("the URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("the URL must not carry credentials; reference a Secret instead")
+    return value
+
+
+def _check_manifest_uri(value: str) -> str:
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ValueError("a file:// URI needs an absolute path, e.g. file:///data/manifest.jsonl")
+        return value
+    return _check_http_url(value)
+
+
+def _check_document_key(value: str) -> str:
+    if any(segment in ("", ".", "..") for segment in value.split("/")):
+        raise ValueError("a document key must not contain empty, '.' or '..' path segments")
+    return value
+
+
+def _check_text_size(value: str) -> str:
+    size = len(value.encode("utf-8"))
+    if size > INLINE_TEXT_MAX_BYTES:
+        raise ValueError(
+            f"text is {size} bytes in UTF-8, more than {INLINE_TEXT_MAX_BYTES}; "
+            "use manifestUri for large documents"
+        )
+    return value
+
+
+def _check_base64(value: pydantic.SecretStr) -> pydantic.SecretStr:
+    # The message never repeats the value: it is secret even when malformed.
+    try:
+        base64.b64decode(value.get_secret_value(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise ValueError("not valid base64 of UTF-8 text (use stringData for plain text)") from None
+    return value
+
+
+def _duplicates(items: list[str]) -> list[str]:
+    return [item for item, count in collections.Counter(items).items() if count > 1]
+
+
+DnsLabel = Annotated[str, pydantic.StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+DnsSubdomain = Annotated[
+    str, pydantic.StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+]
+SecretKey = Annotated[
+    str, pydantic.StringConstraints(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+]
+PoolKey = Annotated[str, pydantic.StringConstraints(min_length=3, max_length=317, pattern=POOL_KEY_PATTERN)]
+HttpUrl = Annotated[
+    str,
+    pydantic.StringConstraints(min_length=8, max_length=2048, pattern=HTTP_URL_PATTERN),
+    pydantic.AfterValidator(_check_http_url),
+]
+LabelKey = Annotated[str, pydantic.StringConstraints(min_length=1, max_length=317, pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, pydantic.StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
+AnnotationValue = Annotated[str, pydantic.StringConstraints(max_length=256 * 1024)]
+SecretValue = Annotated[pydantic.SecretStr, pydantic.StringConstraints(max_length=1024 * 1024)]
+Base64SecretValue = Annotated[
+    pydantic.SecretStr,
+    pydantic.StringConstraints(max_length=1024 * 1024 * 4 // 3 + 4),
+    pydantic.AfterValidator(_check_base64),
+]
+
+
+class _Spec(pydantic.BaseModel):
+    """camelCase in YAML, snake_case in Python, unknown fields rejected, YAML types taken literally.
+
+    `strict`: the API server would reject `maxInFlight: "64"`, so we do too; it also stops YAML's
+    `key: 0001` from silently becoming the document key "1".
+    """
+
+    model_config = pydantic.ConfigDict(
+        alias_generator=pydantic.alias_generators.to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+    )
+
+
+# --- References.
+
+
+class SecretKeyRef(_Spec):
+    """One key of a Secret in the referring object's namespace."""
+
+    name: DnsSubdomain = pydantic.Field(description="Name of the Secret, in the same namespace.")
+    key: SecretKey = pydantic.Field(description="Key inside the Secret's data or stringData.")
+
+
+class LocalObjectRef(_Spec):
+    """An object of a known kind in the referring object's namespace."""
+
+    name: DnsSubdomain = pydantic.Field(description="Name of the object, in the same namespace.")
+
+
+class PoolRef(_Spec):
+    """An InferencePool, possibly shared from another namespace (e.g. `lading-system`)."""
+
+    name: DnsSubdomain = pydantic.Field(description="Name of the InferencePool.")
+    namespace: DnsLabel | None = pydantic.Field(
+        default=None,
+        description="Namespace of the InferencePool; defaults to the ExtractionBatch's own namespace.",
+    )
+
+
+# --- TenantQuota.
+
+
+class TenantQuotaSpec(_Spec):
+    """What a tenant (a set of namespaces) may queue and consume. Cluster-scoped, owned by platform teams."""
+
+    namespaces: list[DnsLabel] = pydantic.Field(
+        min_length=1,
+        max_length=256,
+        description="Namespaces that belong to this tenant. Every ExtractionBatch in one of them is "
+        "admitted and billed under this quota; a namespace may belong to one TenantQuota only.",
+    )
+    max_queued_jobs: int = pydantic.Field(
+        default=MAX_QUEUED_JOBS_DEFAULT,
+        ge=0,
+        le=1_000_000_000,
+        description="Most jobs the tenant may have waiting or running at once. A batch that would "
+        "exceed it is not admitted (its Admitted condition says why) until older work drains.",
+    )
+    max_queued_bytes: int | None = pydantic.Field(
+        default=None,
+        ge=0,
+        le=2**50,
+        description="Most bytes of document text the tenant may have queued at once. Unset: no byte limit.",
+    )
+    max_in_flight: int = pydantic.Field(
+        default=MAX_IN_FLIGHT_DEFAULT,
+        ge=1,
+        le=100_000,
+        description="Most model calls the tenant may have running at once, across all pools and workers.",
+    )
+    daily_token_budget: int | None = pydantic.Field(
+        default=None,
+        ge=0,
+        le=10**13,
+        description="Most model tokens (prompt + completion) the tenant may use per UTC day; jobs wait "
+        "for the next day once it is spent. Unset: no budget.",
+    )
+    weight: int = pydantic.Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Fair-share weight: under contention a tenant with weight 2 gets twice the model "
+        "calls of a tenant with weight 1.",
+    )
+    allowed_priorities: list[Priority] = pydantic.Field(
+        default_factory=lambda: list(PRIORITIES),
+        min_length=1,
+        max_length=3,
+        description="Priority classes the tenant's batches may use (high, normal, low). Default: all.",
+    )
+    allowed_pools: list[PoolKey] | None = pydantic.Field(
+        default=None,
+        max_length=256,
+        description="InferencePools the tenant's batches may use, as 'namespace/name'. Unset: any pool.",
+    )
+
+    @pydantic.field_validator("namespaces", "allowed_priorities", "allowed_pools")
+    @classmethod
+    def _no_duplicates(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (duplicates := _duplicates(value)):
+            raise ValueError(f"duplicate entries: {', '.join(duplicates)}")
+        return value
+
+
+# --- InferencePool.
+
+
+class ExternalEndpoint(_Spec):
+    """An OpenAI-compatible HTTP API the operator does not run."""
+
+    url: HttpUrl = pydantic.Field(
+        description="Base URL of the OpenAI-compatible API, up to and including the version, e.g. "
+        "https://api.example.com/v1. Workers POST to <url>/chat/completions.",
+    )
+    api_key_secret_ref: SecretKeyRef | None = pydantic.Field(
+        default=None,
+        description="Secret key holding the API key, sent as 'Authorization: Bearer <key>'. "
+        "Unset: no Authorization header.",
+    )
+
+
+class EngineArgs(_Spec):
+    """vLLM engine arguments the operator passes on the command line. Unset: vLLM's own default."""
+
+    max_num_seqs: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="--max-num-seqs: most sequences one replica batches together.",
+    )
+    max_num_batched_tokens: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="--max-num-batched-tokens: most tokens one scheduler step processes. "
+        "Must be at least maxNumSeqs.",
+    )
+    max_model_len: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="--max-model-len: context length (prompt + output) in tokens.",
+    )
+    gpu_memory_utilization: float = pydantic.Field(
+        default=GPU_MEMORY_UTILIZATION_DEFAULT,
+        ge=0.1,
+        le=0.99,
+        description="--gpu-memory-utilization: share of each GPU's memory vLLM may use (0.1 to 0.99).",
+    )
+
+    @pydantic.field_validator("max_num_batched_tokens")
+    @classmethod
+    def _batched_tokens_cover_sequences(
+            cls,
+            value: int | None,
+            info: pydantic.ValidationInfo,
+    ) -> int | None:
+        max_num_seqs = info.data.get("max_num_seqs")
+        if value is not None and max_num_seqs is not None and value < max_num_seqs:
+            raise ValueError(
+                f"maxNumBatchedTokens ({value}) must be at least maxNumSeqs ({max_num_seqs}); "
+                "vLLM refuses to start otherwise"
+            )
+        return value
+
+
+class VllmSettings(_Spec):
+    """A vLLM Deployment owned by the operator. Absent on a vllm pool: all defaults."""
+
+    image: str = pydantic.Field(
+        default=VLLM_IMAGE_DEFAULT,
+        min_length=1,
+        max_length=512,
+        pattern=IMAGE_PATTERN,
+        description="vLLM server image. Pin a tag or digest.",
+    )
+    gpus: int = pydantic.Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="GPUs per replica (nvidia.com/gpu); also the tensor-parallel size.",
+    )
+    engine_args: EngineArgs = pydantic.Field(
+        default_factory=EngineArgs,
+        description="Engine arguments passed to the vLLM server.",
+    )
+    hf_token_secret_ref: SecretKeyRef | None = pydantic.Field(
+        default=None,
+        description="Secret key holding a Hugging Face token, for gated models. Unset: anonymous download.",
+    )
+
+
+class BuiltinSettings(_Spec):
+    """The builtin provider: a deterministic offline extractor for demos and tests, no model at all."""
+
+    latency_ms: int = pydantic.Field(
+        default=0,
+        ge=0,
+        le=600_000,
+        description="Simulated model latency per call, in milliseconds, to make demos and load tests "
+        "behave like a real model.",
+    )
+
+
+class PoolLimits(_Spec):
+    """What the pool's model may be sent, across all workers; enforced by the shared limiter."""
+
+    requests_per_minute: int = pydantic.Field(
+        default=REQUESTS_PER_MINUTE_DEFAULT,
+        ge=1,
+        le=1_000_000,
+        description="Most model requests per minute across all workers of the pool.",
+    )
+    tokens_per_minute: int = pydantic.Field(
+        default=TOKENS_PER_MINUTE_DEFAULT,
+        ge=1,
+        le=1_000_000_000,
+        description="Most tokens (reserved prompt + completion) per minute across all workers of the pool.",
+    )
+    max_concurrency: int = pydantic.Field(
+        default=MAX_CONCURRENCY_DEFAULT,
+        ge=1,
+        le=10_000,
+        description="Most model requests in flight at once across all workers of the pool.",
+    )
+
+
+class WorkerSettings(_Spec):
+    """The pool's worker Deployment and how the operator scales it."""
+
+    min_replicas: int = pydantic.Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Fewest worker replicas. 0 lets an idle pool scale to zero.",
+    )
+    max_replicas: int = pydantic.Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Most worker replicas. Must be at least minReplicas.",
+    )
+    concurrency: int = pydantic.Field(
+        default=WORKER_CONCURRENCY_DEFAULT,
+        ge=1,
+        le=1024,
+        description="Jobs one worker replica runs at once.",
+    )
+    target_oldest_age_seconds: int = pydantic.Field(
+        default=TARGET_OLDEST_AGE_S_DEFAULT,
+        ge=1,
+        le=86_400,
+        description="Scale up while the oldest eligible job has waited longer than this, in seconds.",
+    )
+    scale_down_stabilization_seconds: int = pydantic.Field(
+        default=SCALE_DOWN_STABILIZATION_S_DEFAULT,
+        ge=0,
+        le=86_400,
+        description="Scale down only to the highest replica count desired during this many seconds.",
+    )
+
+    @pydantic.field_validator("max_replicas")
+    @classmethod
+    def _max_covers_min(cls, value: int, info: pydantic.ValidationInfo) -> int:
+        min_replicas = info.data.get("min_replicas")
+        if min_replicas is not None and value < min_replicas:
+            raise ValueError(f"maxReplicas ({value}) must be at least minReplicas ({min_replicas})")
+        return value
+
+
+class InferencePoolSpec(_Spec):
+    """Where a batch's model calls go: a builtin fake, an external OpenAI-compatible API, or an owned vLLM."""
+
+    provider: ProviderName = pydantic.Field(
+        description="builtin: offline fake for demos and tests. openai-compatible: an external API "
+        "(set endpoint). vllm: a vLLM Deployment the operator runs (see vllm).",
+    )
+    model: str | None = pydantic.Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=MODEL_NAME_PATTERN,
+        validate_default=True,
+        description="Model name sent in requests (openai-compatible) or served by vLLM (a Hugging Face "
+        "id such as Qwen/Qwen2.5-7B-Instruct). Required unless provider is builtin.",
+    )
+    endpoint: ExternalEndpoint | None = pydantic.Field(
+        default=None,
+        validate_default=True,
+        description="The external API. Required for openai-compatible; not allowed otherwise.",
+    )
+    vllm: VllmSettings | None = pydantic.Field(
+        default=None,
+        description="The vLLM Deployment. Only for provider vllm; absent means all defaults.",
+    )
+    builtin: BuiltinSettings | None = pydantic.Field(
+        default=None,
+        description="Settings of the builtin fake. Only for provider builtin.",
+    )
+    limits: PoolLimits = pydantic.Field(
+        default_factory=PoolLimits,
+        description="Rate and concurrency limits towards the model, shared by all workers.",
+    )
+    workers: WorkerSettings = pydantic.Field(
+        default_factory=WorkerSettings,
+        description="Worker replicas and autoscaling.",
+    )
+    paused: bool = pydantic.Field(
+        default=False,
+        description="Stop claiming new jobs from this pool; running calls finish. Queued jobs wait.",
+    )
+
+    @pydantic.field_validator("model")
+    @classmethod
+    def _model_required_unless_builtin(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if value is None and provider in ("openai-compatible", "vllm"):
+            raise ValueError(f"model is required when provider is {provider}")
+        return value
+
+    @pydantic.field_validator("endpoint")
+    @classmethod
+    def _endpoint_only_for_external(
+            cls,
+            value: ExternalEndpoint | None,
+            info: pydantic.ValidationInfo,
+    ) -> ExternalEndpoint | None:
+        provider = info.data.get("provider")
+        if provider == "openai-compatible" and value is None:
+            raise ValueError("endpoint (with url) is required when provider is openai-compatible")
+        if provider in ("vllm", "builtin") and value is not None:
+            raise ValueError(
+                f"endpoint is only for provider openai-compatible, not {provider}"
+                + ("; the operator creates the vLLM Service itself" if provider == "vllm" else "")
+            )
+        return value
+
+    @pydantic.field_validator("vllm")
+    @classmethod
+    def _vllm_only_for_vllm(
+            cls,
+            value: VllmSettings | None,
+            info: pydantic.ValidationInfo,
+    ) -> VllmSettings | None:
+        provider = info.data.get("provider")
+        if value is not None and provider is not None and provider != "vllm":
+            raise ValueError(f"vllm settings are only for provider vllm, not {provider}")
+        return value
+
+    @pydantic.field_validator("builtin")
+    @classmethod
+    def _builtin_only_for_builtin(
+            cls,
+            value: BuiltinSettings | None,
+            info: pydantic.ValidationInfo,
+    ) -> BuiltinSettings | None:
+        provider = info.data.get("provider")
+        if value is not None and provider is not None and provider != "builtin":
+            raise ValueError(f"builtin settings are only for provider builtin, not {provider}")
+        return value
+
+
+# --- DeliveryEndpoint.
+
+
+class RetryBudget(_Spec):
+    """How long a delivery keeps retrying before it goes terminal."""
+
+    max_attempts: int = pydantic.Field(
+        default=RETRY_MAX_ATTEMPTS_DEFAULT,
+        ge=1,
+        le=100,
+        description="Most delivery attempts per result, the first one included.",
+    )
+    max_age_seconds: int = pydantic.Field(
+        default=RETRY_MAX_AGE_S_DEFAULT,
+        ge=1,
+        le=DEADLINE_S_MAX,
+        description="Stop retrying a delivery this many seconds after its first attempt.",
+    )
+
+
+class DeliveryEndpointSpec(_Spec):
+    """An ERP webhook that receives signed results. Only registered endpoints are ever called."""
+
+    url: HttpUrl = pydantic.Field(
+        description="Webhook URL results are POSTed to; use https:// unless the receiver is on a "
+        "trusted network.",
+    )
+    secret_ref: SecretKeyRef = pydantic.Field(
+        description="Secret key holding the signing secret (Standard Webhooks, e.g. 'whsec_...').",
+    )
+    key_id: str | None = pydantic.Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=KEY_ID_PATTERN,
+        description="Identifier of the signing key, sent with each delivery so the receiver can rotate keys.",
+    )
+    retry_budget: RetryBudget | None = pydantic.Field(
+        default=None,
+        description="Retry limits for failed deliveries. Unset: 12 attempts within one day.",
+    )
+
+
+# --- ExtractionBatch.
+
+
+class InlineDocument(_Spec):
+    """One document given inline in the ExtractionBatch: a key and its OCR text."""
+
+    key: str = pydantic.Field(
+        min_length=1,
+        max_length=256,
+        pattern=DOCUMENT_KEY_PATTERN,
+        description="Key of the document, unique in the batch; it names the result and makes "
+        "re-submission idempotent.",
+    )
+    text: str = pydantic.Field(
+        min_length=1,
+        max_length=INLINE_TEXT_MAX_BYTES,
+        description="The document's text (e.g. OCR output), at most 1 MiB in UTF-8.",
+    )
+
+    @pydantic.field_validator("key")
+    @classmethod
+    def _key_segments(cls, value: str) -> str:
+        return _check_document_key(value)
+
+    @pydantic.field_validator("text")
+    @classmethod
+    def _text_size(cls, value: str) -> str:
+        return _check_text_size(value)
+
+
+class ExtractionBatchSpec(_Spec):
+    """A batch of documents to extract with one schema, on one pool, delivered to one endpoint."""
+
+    extraction_schema: SchemaName = pydantic.Field(
+        alias="schema",
+        description="Extraction schema of the results, e.g. invoice.v1.",
+    )
+    inference_pool_ref: PoolRef = pydantic.Field(
+        description="The InferencePool whose model extracts the documents.",
+    )
+    delivery_endpoint_ref: LocalObjectRef | None = pydantic.Field(
+        default=None,
+        description="DeliveryEndpoint in this namespace that receives each result. Unset: results are "
+        "stored only.",
+    )
+    priority: Priority = pydantic.Field(
+        default="normal",
+        description="Priority class: high, normal or low. May change while the batch runs.",
+    )
+    deadline_seconds: int = pydantic.Field(
+        default=DEADLINE_S_DEFAULT,
+        ge=60,
+        le=DEADLINE_S_MAX,
+        description="Seconds after admission by which every document must be done; unfinished jobs "
+        "then fail with reason DeadlineExceeded.",
+    )
+    validation_policy: str = pydantic.Field(
+        default=VALIDATION_POLICY_DEFAULT,
+        min_length=4,
+        max_length=63,
+        pattern=VALIDATION_POLICY_PATTERN,
+        description="Versioned policy that validates each extracted result, e.g. invoice-strict-v1.",
+    )
+    suspend: bool = pydantic.Field(
+        default=False,
+        description="Stop starting new jobs of this batch; running ones finish. May change at any time.",
+    )
+    documents: list[InlineDocument] | None = pydantic.Field(
+        default=None,
+        min_length=1,
+        max_length=INLINE_DOCUMENTS_MAX,
+        description="Documents given inline, for small batches (at most 5000). Exactly one of "
+        "documents and manifestUri is set.",
+    )
+    manifest_uri: str | None = pydantic.Field(
+        default=None,
+        min_length=8,
+        max_length=2048,
+        pattern=MANIFEST_URI_PATTERN,
+        description="URI (file://, http://, https://) of a JSON-lines manifest (key, uri, sha256, bytes "
+        "per line), for large batches. Exactly one of documents and manifestUri is set.",
+    )
+
+    @pydantic.field_validator("documents")
+    @classmethod
+    def _unique_keys(cls, value: list[InlineDocument] | None) -> list[InlineDocument] | None:
+        if value is None:
+            return value
+        positions: dict[str, list[int]] = collections.defaultdict(list)
+        for index, document in enumerate(value):
+            positions[document.key].append(index)
+        duplicates = [
+            f"{key!r} at " + " and ".join(f"documents[{i}]" for i in indexes)
+            for key, indexes in positions.items()
+            if len(indexes) > 1
+        ]
+        if duplicates:
+            raise ValueError(f"duplicate document key {'; '.join(duplicates)}")
+        return value
+
+    @pydantic.field_validator("manifest_uri")
+    @classmethod
+    def _not_both_sources(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if value is not None and info.data.get("documents") is not None:
+            raise ValueError("set either documents or manifestUri, not both")
+        return None if value is None else _check_manifest_uri(value)
+
+    @pydantic.model_validator(mode="after")
+    def _some_source(self) -> ExtractionBatchSpec:
+        # Not a field validator with validate_default: pydantic would report that error under the
+        # Python name (manifest_uri), not the YAML one.
+        if self.documents is None and self.manifest_uri is None:
+            raise ValueError("one of documents (inline) or manifestUri is required")
+        return self
+
+    def pool_key(self, *, batch_namespace: str) -> str:
+        """The referenced pool as 'namespace/name'; a ref without namespace means the batch's own."""
+        namespace = self.inference_pool_ref.namespace or batch_namespace
+        return f"{namespace}/{self.inference_pool_ref.name}"
+
+
+# --- Objects: apiVersion, kind, metadata and a body.
+
+
+class Metadata(pydantic.BaseModel):
+    """The part of Kubernetes ObjectMeta Lading reads. Other fields (resourceVersion, ...) are ignored."""
+
+    model_config = pydantic.ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    name: DnsSubdomain = pydantic.Field(description="Object name, unique per kind and namespace.")
+    namespace: DnsLabel | None = pydantic.Field(
+        default=None,
+        description="Namespace; unset on cluster-scoped kinds. Loaders default it to 'default'.",
+    )
+    uid: str | None = pydantic.Field(default=None, max_length=128, description="Set by the API server.")
+    generation: int | None = pydantic.Field(default=None, ge=0, description="Set by the API server.")
+    labels: dict[LabelKey, LabelValue] | None = pydantic.Field(default=None, max_length=256)
+    annotations: dict[LabelKey, AnnotationValue] | None = pydantic.Field(
+        default=None,
+        max_length=256,
+        repr=False,  # kubectl's last-applied-configuration annotation may hold a whole Secret
+    )
+
+
+class Resource(pydantic.BaseModel):
+    """Base of every object a manifest may hold: what loaders need to name and index it."""
+
+    model_config = pydantic.ConfigDict(
+        alias_generator=pydantic.alias_generators.to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+    )
+
+    API_VERSION: ClassVar[str]
+    KIND: ClassVar[str]
+    NAMESPACED: ClassVar[bool] = True
+
+    metadata: Metadata
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str | None:
+        return self.metadata.namespace
+
+    @property
+    def display_name(self) -> str:
+        """'namespace/name', or 'name' for a cluster-scoped object."""
+        if self.metadata.namespace is None:
+            return self.metadata.name
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+class TenantQuota(Resource):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "TenantQuota"
+    NAMESPACED: ClassVar[bool] = False
+
+    api_version: Literal["lading.dev/v1alpha1"] = "lading.dev/v1alpha1"
+    kind: Literal["TenantQuota"] = "TenantQuota"
+    spec: TenantQuotaSpec
+
+
+class InferencePool(Resource):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "InferencePool"
+
+    api_version: Literal["lading.dev/v1alpha1"] = "lading.dev/v1alpha1"
+    kind: Literal["InferencePool"] = "InferencePool"
+    spec: InferencePoolSpec
+
+
+class DeliveryEndpoint(Resource):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "DeliveryEndpoint"
+
+    api_version: Literal["lading.dev/v1alpha1"] = "lading.dev/v1alpha1"
+    kind: Literal["DeliveryEndpoint"] = "DeliveryEndpoint"
+    spec: DeliveryEndpointSpec
+
+
+class ExtractionBatch(Resource):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "ExtractionBatch"
+
+    api_version: Literal["lading.dev/v1alpha1"] = "lading.dev/v1alpha1"
+    kind: Literal["ExtractionBatch"] = "ExtractionBatch"
+    spec: ExtractionBatchSpec
+
+
+class Secret(Resource):
+    """A core v1 Secret. Values stay SecretStr: repr() and str() never show them; `values` decodes."""
+
+    # Errors must not echo a malformed value back: it is still someone's secret.
+    model_config = pydantic.ConfigDict(hide_input_in_errors=True)
+
+    API_VERSION: ClassVar[str] = "v1"
+    KIND: ClassVar[str] = "Secret"
+
+    api_version: Literal["v1"] = "v1"
+    kind: Literal["Secret"] = "Secret"
+    type: str | None = pydantic.Field(default=None, max_length=253)
+    immutable: bool | None = None
+    data: dict[SecretKey, Base64SecretValue] | None = pydantic.Field(default=None, max_length=1024)
+    string_data: dict[SecretKey, SecretValue] | None = pydantic.Field(default=None, max_length=1024)
+
+    @property
+    def values(self) -> dict[str, str]:
+        """Plain values by key: `data` base64-decoded, then `stringData` on top (the API server's rule)."""
+        merged = {
+            key: base64.b64decode(value.get_secret_value()).decode("utf-8")
+            for key, value in (self.data or {}).items()
+        }
+        merged.update({key: value.get_secret_value() for key, value in (self.string_data or {}).items()})
+        return merged
+
+    def keys(self) -> frozenset[str]:
+        """Keys present in data or stringData, without decoding anything."""
+        return frozenset(self.data or {}) | frozenset(self.string_data or {})
+
+
+LADING_KINDS: tuple[type[Resource], ...] = (TenantQuota, InferencePool, DeliveryEndpoint, ExtractionBatch)
+"""Custom resources of group lading.dev; the CRD generator renders one CRD per entry."""
