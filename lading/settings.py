@@ -46,7 +46,9 @@ class AttemptSettings:
     """Upper bound for one model call. A retry is only scheduled if a whole attempt still
     fits before the job's deadline."""
     max_attempts: int = 5
-    """Attempts per job, the first included. Counters are never reset."""
+    """Attempts per job, the first included, for jobs accepted without a budget of their own.
+    Each job stores its budget (`extraction_jobs.max_attempts`) and the retry policy uses that.
+    Counters are never reset."""
     backoff_base_s: float = 2.0
     """First retry waits up to this long (full jitter)."""
     backoff_cap_s: float = 300.0

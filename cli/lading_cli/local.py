@@ -43,6 +43,10 @@ from lading_worker import running
 POLL_S = 0.25
 """How often progress is read from the database."""
 
+SHUTDOWN_GRACE_S = 2.0
+"""On timeout or Ctrl-C, attempts still running get this long; the rest stay leased and are
+rescued by the next run's reaper (when the database persists)."""
+
 EXIT_OK, EXIT_TIMEOUT, EXIT_INVALID = 0, 1, 2
 
 
@@ -152,6 +156,7 @@ def _worker_settings(
                     pool=pool,
                     claimer=ClaimerSettings(concurrency=concurrency, poll_interval_s=0.2),
                     reaper=ReaperSettings(interval_s=1.0),
+                    shutdown_grace_s=SHUTDOWN_GRACE_S,
                 )
             )
     return result

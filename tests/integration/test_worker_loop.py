@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import pytest
 
 from lading import accepting
+from lading.db import jobs
 from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from lading_worker import running
@@ -54,12 +56,9 @@ async def test_a_worker_settles_every_job_with_bounded_concurrency(
             finally:
                 in_flight -= 1
 
-    stop = asyncio.Event()
     worker = running.Worker(dbpool, settings=_settings(), provider=Counting(reply))
-    task = asyncio.create_task(worker.run(stop))
-    await waiting.until(lambda: _all_settled(db, 60), timeout_s=30)
-    stop.set()
-    await asyncio.wait_for(task, 10)
+    async with waiting.running(worker.run):
+        await waiting.until(lambda: _all_settled(db, 60), timeout_s=30)
     assert await _states(db) == {"FAILED_TERMINAL": 60}
     assert 1 < peak <= 20
     assert await db.fetchval("SELECT count(*) FROM job_attempts WHERE outcome = 'terminal'") == 60
@@ -79,11 +78,8 @@ async def test_transient_failures_are_retried_and_the_attempt_history_is_kept(
     provider = providers.ScriptedProvider(
         providers.always(base.Outcome.failed(base.OutcomeClass.TRANSIENT, error_class="RateLimited", error="429"))
     )
-    stop = asyncio.Event()
-    task = asyncio.create_task(running.Worker(dbpool, settings=_settings(), provider=provider).run(stop))
-    await waiting.until(lambda: _all_settled(db, 1), timeout_s=30)
-    stop.set()
-    await asyncio.wait_for(task, 10)
+    async with waiting.running(running.Worker(dbpool, settings=_settings(), provider=provider).run):
+        await waiting.until(lambda: _all_settled(db, 1), timeout_s=30)
     row = await db.fetchrow("SELECT state, attempt, last_error_class FROM extraction_jobs")
     assert row is not None
     assert (row["state"], row["attempt"], row["last_error_class"]) == ("FAILED_TERMINAL", 3, "ATTEMPTS_EXHAUSTED")
@@ -101,19 +97,15 @@ async def test_an_attempt_whose_lease_is_lost_is_cancelled_and_never_commits(
     result = await accepting.accept_batch(db, factories.batch_request(count=1))
     gate = asyncio.Event()
     provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=gate)
-    stop = asyncio.Event()
-    task = asyncio.create_task(running.Worker(dbpool, settings=_settings(), provider=provider).run(stop))
-    await asyncio.wait_for(provider.started.wait(), 10)
-    await db.execute("UPDATE extraction_jobs SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL,"
-                     " finished_at = clock_timestamp() WHERE id = $1", result.job_ids[0])
+    async with waiting.running(running.Worker(dbpool, settings=_settings(), provider=provider).run):
+        await asyncio.wait_for(provider.started.wait(), 10)
+        await jobs.cancel(db, job_id=result.job_ids[0], reason="batch deleted")
 
-    async def cancelled() -> bool:
-        return provider.cancelled == 1
+        async def cancelled() -> bool:
+            return provider.cancelled == 1
 
-    await waiting.until(cancelled, timeout_s=10)
-    gate.set()
-    stop.set()
-    await asyncio.wait_for(task, 10)
+        await waiting.until(cancelled, timeout_s=10)
+        gate.set()
     assert await db.fetchval("SELECT state FROM extraction_jobs") == "CANCELLED"
     assert await db.fetchval("SELECT count(*) FROM job_attempts WHERE finished_at IS NOT NULL") == 0
     assert await db.fetchval("SELECT count(*) FROM stale_completions") == 0
@@ -129,16 +121,20 @@ async def test_stop_drains_in_flight_attempts_before_returning(
     stop = asyncio.Event()
     worker = running.Worker(dbpool, settings=_settings(), provider=provider)
     task = asyncio.create_task(worker.run(stop))
+    try:
+        async def five_running() -> bool:
+            return len(provider.calls) == 5
 
-    async def five_running() -> bool:
-        return len(provider.calls) == 5
-
-    await waiting.until(five_running, timeout_s=10)
-    stop.set()
-    await asyncio.sleep(0)  # let the worker observe the stop while attempts are blocked
-    assert not task.done()
-    gate.set()
-    await asyncio.wait_for(task, 10)
+        await waiting.until(five_running, timeout_s=10)
+        stop.set()
+        # The worker stopped claiming and waits for its attempts; it has not returned.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), 0.3)
+        gate.set()
+    finally:
+        stop.set()
+        gate.set()
+        await asyncio.wait_for(task, 10)
     assert await _states(db) == {"FAILED_TERMINAL": 5}
 
 
@@ -148,16 +144,11 @@ async def test_attempts_still_running_after_the_grace_period_are_left_to_lease_e
     await factories.seed(db)
     await accepting.accept_batch(db, factories.batch_request(count=2))
     provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=asyncio.Event())
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        running.Worker(dbpool, settings=_settings(shutdown_grace_s=0.1), provider=provider).run(stop)
-    )
+    async with waiting.running(running.Worker(dbpool, settings=_settings(shutdown_grace_s=0.1), provider=provider).run):
 
-    async def two_running() -> bool:
-        return len(provider.calls) == 2
+        async def two_running() -> bool:
+            return len(provider.calls) == 2
 
-    await waiting.until(two_running, timeout_s=10)
-    stop.set()
-    await asyncio.wait_for(task, 10)
+        await waiting.until(two_running, timeout_s=10)
     assert await _states(db) == {"RUNNING": 2}
     assert provider.cancelled == 2

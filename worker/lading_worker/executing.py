@@ -87,7 +87,7 @@ class Executor:
             attempt=job.attempt,
             now=now,
             deadline_at=job.deadline_at,
-            settings=self.settings,
+            settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts),
             retry_after_s=outcome.retry_after_s,
             rand=self.rand,
         )

@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=LeaseSettings.heartbeat_interval_s)
     parser.add_argument("--reaper-interval", type=float, default=ReaperSettings.interval_s)
     parser.add_argument("--attempt-timeout", type=float, default=AttemptSettings.timeout_s)
-    parser.add_argument("--max-attempts", type=int, default=AttemptSettings.max_attempts)
     parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
     parser.add_argument("--grace", type=float, default=WorkerSettings.shutdown_grace_s)
 
@@ -44,7 +43,7 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         ),
         reaper=ReaperSettings(interval_s=args.reaper_interval),
         attempt=AttemptSettings(
-            timeout_s=args.attempt_timeout, max_attempts=args.max_attempts, backoff_base_s=args.backoff_base
+            timeout_s=args.attempt_timeout, backoff_base_s=args.backoff_base
         ),
         shutdown_grace_s=args.grace,
     )

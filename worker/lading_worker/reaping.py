@@ -43,7 +43,10 @@ class Reaper:
 
     def verdict(self, lease: jobs.ExpiredLease) -> jobs.Reap:
         decision = retry.decide(
-            attempt=lease.attempt, now=lease.now, deadline_at=lease.deadline_at, settings=self._attempt
+            attempt=lease.attempt,
+            now=lease.now,
+            deadline_at=lease.deadline_at,
+            settings=dataclasses.replace(self._attempt, max_attempts=lease.max_attempts),
         )
         if decision.retry and decision.at is not None:
             delay = max(0.0, (decision.at - lease.now).total_seconds())

@@ -18,6 +18,7 @@ WITH picked AS (
        AND state IN ('READY', 'RETRY_SCHEDULED')
        AND available_at <= clock_timestamp()
        AND deadline_at > clock_timestamp()
+       AND attempt < max_attempts
      ORDER BY priority, available_at, id
      LIMIT $2
        FOR UPDATE SKIP LOCKED

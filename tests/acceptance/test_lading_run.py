@@ -1,0 +1,126 @@
+"""`lading run` end to end, as a user runs it: a real process, real PostgreSQL, the sample set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import subprocess
+import sys
+
+import asyncpg
+import pytest
+import yaml
+
+from tests.support import processes
+
+ROOT = processes.ROOT
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+TRUTH = ROOT / "examples" / "invoices" / "truth.jsonl"
+
+pytestmark = pytest.mark.slow
+
+
+def _lading(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", *args],
+        capture_output=True, text=True, timeout=timeout_s, env=processes.environment(), cwd=ROOT,
+    )  # fmt: skip
+
+
+async def test_the_sample_set_ends_in_the_states_its_ground_truth_expects(
+        db: asyncpg.Connection, database_url: str
+) -> None:
+    done = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    [batch] = summary["batches"]
+    truth = [json.loads(line) for line in TRUTH.read_text().splitlines()]
+    expected: dict[str, int] = {}
+    for sample in truth:
+        expected[sample["expected_state"]] = expected.get(sample["expected_state"], 0) + 1
+    assert {k: v for k, v in batch["counts"].items() if v} == expected
+    assert batch["settled"] is True and batch["total"] == len(truth) >= 200
+    assert batch["started_at"].endswith("Z") and batch["completed_at"] >= batch["started_at"]
+
+    states = {r["document_key"]: r["state"] for r in await db.fetch("SELECT document_key, state FROM extraction_jobs")}
+    assert states == {s["key"]: s["expected_state"] for s in truth}
+    # Every succeeded document's extraction equals its ground truth, field by field.
+    results = {
+        r["document_key"]: r["result"]
+        for r in await db.fetch(
+            "SELECT j.document_key, r.result FROM results r JOIN extraction_jobs j ON j.id = r.job_id"
+            " WHERE j.state = 'SUCCEEDED'"
+        )
+    }
+    for sample in truth:
+        if sample["expected_state"] == "SUCCEEDED":
+            got = {k: v for k, v in results[sample["key"]].items() if k != "evidence"}
+            want = {k: v for k, v in sample["truth"].items() if k != "evidence"}
+            assert got == want, sample["key"]
+
+
+async def test_running_the_same_manifests_again_accepts_nothing_new(db: asyncpg.Connection, database_url: str) -> None:
+    first = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+    assert first.returncode == 0, first.stderr
+    jobs_before = await db.fetchval("SELECT count(*) FROM extraction_jobs")
+    attempts_before = await db.fetchval("SELECT count(*) FROM job_attempts")
+    again = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+    assert again.returncode == 0, again.stderr
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == jobs_before
+    assert await db.fetchval("SELECT count(*) FROM job_attempts") == attempts_before
+    assert json.loads(again.stdout)["batches"][0]["counts"] == json.loads(first.stdout)["batches"][0]["counts"]
+
+
+BROKEN = """\
+apiVersion: lading.dev/v1alpha1
+kind: TenantQuota
+metadata: {name: acme}
+spec: {namespaces: [acme]}
+---
+apiVersion: lading.dev/v1alpha1
+kind: InferencePool
+metadata: {name: builtin, namespace: acme}
+spec:
+  provider: builtin
+  workers: {minReplicas: 3, maxReplicas: 1}
+---
+apiVersion: lading.dev/v1alpha1
+kind: ExtractionBatch
+metadata: {name: b, namespace: acme}
+spec:
+  schema: invoice.v1
+  inferencePoolRef: {name: builtin}
+  documents:
+    - {key: a, text: "Invoice"}
+    - {key: a, text: "Invoice again"}
+"""
+
+
+async def test_bad_manifests_are_rejected_with_file_document_and_field_and_nothing_is_applied(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "broken.yaml"
+    manifest.write_text(BROKEN)
+    done = await asyncio.to_thread(_lading, "run", str(manifest), "--database-url", database_url)
+    assert done.returncode == 2
+    assert f"{manifest}: document 2 (InferencePool acme/builtin): spec.workers.maxReplicas" in done.stderr
+    assert f"{manifest}: document 3 (ExtractionBatch acme/b): spec.documents" in done.stderr
+    assert await db.fetchval("SELECT count(*) FROM tenants") == 0
+    assert await db.fetchval("SELECT count(*) FROM batches") == 0
+
+
+async def test_a_run_that_cannot_finish_in_time_exits_non_zero(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    [pool] = [d for d in documents if d["kind"] == "InferencePool"]
+    pool["spec"]["builtin"] = {"latencyMs": 600000}  # the model never answers in time
+    manifest = tmp_path / "slow.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
+    done = await asyncio.to_thread(
+        _lading, "run", str(manifest), "--database-url", database_url, "--timeout", "2", "--json"
+    )
+    assert done.returncode == 1
+    assert "not settled within 2 s" in done.stderr
+    assert json.loads(done.stdout)["batches"][0]["settled"] is False
