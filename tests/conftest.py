@@ -32,7 +32,7 @@ DATA_TABLES = (
 async def _reachable(url: str) -> bool:
     try:
         conn = await asyncpg.connect(url, timeout=3)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, asyncpg.PostgresError):
         return False
     await conn.close()
     return True

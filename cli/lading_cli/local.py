@@ -30,6 +30,7 @@ from typing import Any
 import asyncpg
 import rich.console
 import rich.table
+from lading_worker import running
 
 from lading import applying, errors
 from lading.db import batches, embedded, migrating
@@ -38,7 +39,6 @@ from lading.jobs.states import JobState
 from lading.models import manifests
 from lading.settings import ClaimerSettings, ReaperSettings, WorkerSettings
 from lading_cli import progress
-from lading_worker import running
 
 POLL_S = 0.25
 """How often progress is read from the database."""

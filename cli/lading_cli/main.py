@@ -15,11 +15,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from lading_worker import main as worker_main
+
 from lading import __version__
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading_cli import local
-from lading_worker import main as worker_main
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -38,7 +38,8 @@ def running(data_dir: pathlib.Path, *, delete_on_exit: bool) -> Iterator[Embedde
         import pgserver  # imported lazily: only this path needs the server binaries
 
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        server: Any = pgserver.get_server(data_dir.resolve(), cleanup_mode="delete" if delete_on_exit else "stop")
+        get_server: Any = getattr(pgserver, "get_server")  # noqa: B009 - untyped package, no explicit export
+        server: Any = get_server(data_dir.resolve(), cleanup_mode="delete" if delete_on_exit else "stop")
         dsn = server.get_uri()
     try:
         yield EmbeddedServer(dsn=dsn, data_dir=data_dir)

@@ -121,9 +121,9 @@ async def finish_many(
             f.outcome,
             f.error_class,
             f.error,
-            f.tokens_in,
-            f.tokens_out,
-            f.latency_ms,
+            f.usage.tokens_in,
+            f.usage.tokens_out,
+            f.usage.latency_ms,
             f.result,
             f.validation,
         )
@@ -198,8 +198,10 @@ async def review_decide(conn: asyncpg.Connection, *, job_id: JobId, approve: boo
 
 
 async def get(conn: asyncpg.Connection, *, job_id: JobId) -> asyncpg.Record | None:
-    return await conn.fetchrow(queries.sql("job_get"), job_id)
+    row: asyncpg.Record | None = await conn.fetchrow(queries.sql("job_get"), job_id)
+    return row
 
 
 async def attempts_of(conn: asyncpg.Connection, *, job_id: JobId) -> list[asyncpg.Record]:
-    return await conn.fetch(queries.sql("job_attempts_of"), job_id)
+    rows: list[asyncpg.Record] = await conn.fetch(queries.sql("job_attempts_of"), job_id)
+    return rows

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     READY = "READY"                      #: accepted, waiting; the claimer moves it to RUNNING
     RUNNING = "RUNNING"                  #: owned by one worker under a lease and a fence;
                                          #: the executor finishes it, the reaper rescues it

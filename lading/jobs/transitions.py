@@ -16,6 +16,18 @@ from lading.jobs.states import JobState, is_legal
 
 
 @dataclasses.dataclass(frozen=True)
+class Usage:
+    """What an attempt cost, recorded on its attempt row."""
+
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    latency_ms: int | None = None
+
+
+NO_USAGE = Usage()
+
+
+@dataclasses.dataclass(frozen=True)
 class Finish:
     job_id: JobId
     fence: Fence
@@ -25,9 +37,7 @@ class Finish:
     error_class: str | None = None
     error: str | None = None
     retry_in_s: float | None = None
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    latency_ms: int | None = None
+    usage: Usage = NO_USAGE
     result: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
 
@@ -36,10 +46,19 @@ class Finish:
             raise ValueError(f"an attempt cannot finish in {self.to.value}")
 
 
+
+
 def succeed(
-        job_id: JobId, fence: Fence, *, result: dict[str, Any], validation: dict[str, Any], **usage: Any
+        job_id: JobId,
+        fence: Fence,
+        *,
+        result: dict[str, Any],
+        validation: dict[str, Any],
+        usage: Usage = NO_USAGE,
 ) -> Finish:
-    return Finish(job_id, fence, JobState.SUCCEEDED, "ok", result=result, validation=validation, **usage)
+    return Finish(
+        job_id, fence, JobState.SUCCEEDED, "ok", result=result, validation=validation, usage=usage
+    )
 
 
 def needs_review(
@@ -49,7 +68,7 @@ def needs_review(
         result: dict[str, Any],
         validation: dict[str, Any],
         error_class: str = "VALIDATION_FAILED",
-        **usage: Any,
+        usage: Usage = NO_USAGE,
 ) -> Finish:
     return Finish(
         job_id,
@@ -59,12 +78,19 @@ def needs_review(
         error_class=error_class,
         result=result,
         validation=validation,
-        **usage,
+        usage=usage,
     )
 
 
 def retry(
-        job_id: JobId, fence: Fence, *, outcome: str, error_class: str, error: str, retry_in_s: float, **usage: Any
+        job_id: JobId,
+        fence: Fence,
+        *,
+        outcome: str,
+        error_class: str,
+        error: str,
+        retry_in_s: float,
+        usage: Usage = NO_USAGE,
 ) -> Finish:
     return Finish(
         job_id,
@@ -74,9 +100,19 @@ def retry(
         error_class=error_class,
         error=error,
         retry_in_s=retry_in_s,
-        **usage,
+        usage=usage,
     )
 
 
-def fail(job_id: JobId, fence: Fence, *, outcome: str, error_class: str, error: str, **usage: Any) -> Finish:
-    return Finish(job_id, fence, JobState.FAILED_TERMINAL, outcome, error_class=error_class, error=error, **usage)
+def fail(
+        job_id: JobId,
+        fence: Fence,
+        *,
+        outcome: str,
+        error_class: str,
+        error: str,
+        usage: Usage = NO_USAGE,
+) -> Finish:
+    return Finish(
+        job_id, fence, JobState.FAILED_TERMINAL, outcome, error_class=error_class, error=error, usage=usage
+    )

@@ -25,7 +25,7 @@ class Document:
     tenant: str
 
 
-class OutcomeClass(str, enum.Enum):
+class OutcomeClass(enum.StrEnum):
     OK = "ok"                                 #: a result was extracted (validation decides if it stands)
     TRANSIENT = "transient"                   #: nothing was billed or it is safe to retry (429, 5xx, connect)
     TIMEOUT_AMBIGUOUS = "timeout-ambiguous"   #: the request was sent, no answer: possibly billed; retry

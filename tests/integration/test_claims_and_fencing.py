@@ -6,13 +6,13 @@ import asyncio
 import collections
 
 import asyncpg
+from lading_worker import reaping
 
 from lading import accepting
 from lading.db import jobs, pool
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import AttemptSettings, ReaperSettings
-from lading_worker import reaping
 from tests.support import factories, waiting
 
 POOL = PoolName(factories.POOL)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncpg
+from lading_worker import reaping
 
 from lading import accepting
 from lading.db import jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import AttemptSettings, ReaperSettings
-from lading_worker import reaping
 from tests.support import factories
 
 POOL = PoolName(factories.POOL)
@@ -17,7 +17,9 @@ FAST = AttemptSettings(backoff_base_s=0.001, backoff_cap_s=0.001, timeout_s=1.0,
 
 async def _claim_and_abandon(db: asyncpg.Connection) -> jobs.ClaimedJob:
     [job] = await jobs.claim_batch(db, pool=POOL, worker_id=WorkerId("dead"), limit=1, lease_ttl_s=60)
-    await db.execute("UPDATE extraction_jobs SET lease_until = clock_timestamp() - interval '1 s' WHERE id = $1", job.id)
+    await db.execute(
+        "UPDATE extraction_jobs SET lease_until = clock_timestamp() - interval '1 s' WHERE id = $1", job.id
+    )
     await db.execute("UPDATE extraction_jobs SET available_at = clock_timestamp() WHERE state = 'RETRY_SCHEDULED'")
     return job
 

@@ -6,12 +6,12 @@ import asyncio
 
 import asyncpg
 import pytest
+from lading_worker import running
 
 from lading import accepting
 from lading.db import jobs
 from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
-from lading_worker import running
 from tests.support import factories, providers, waiting
 
 TERMINAL_OUTCOME = base.Outcome.failed(base.OutcomeClass.TERMINAL, error_class="UNREADABLE_DOCUMENT", error="x")

@@ -62,26 +62,26 @@ class Executor:
     def decide(
             self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, latency_ms: int
     ) -> transitions.Finish:
-        usage = {"tokens_in": outcome.tokens_in, "tokens_out": outcome.tokens_out, "latency_ms": latency_ms}
+        usage = transitions.Usage(tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out, latency_ms=latency_ms)
         if outcome.outcome is base.OutcomeClass.OK and outcome.result is not None:
             try:
                 verdict = policies.validate(outcome.result, source_text=job.text, policy=job.validation_policy)
             except errors.UnknownPolicy as exc:
                 return transitions.fail(
-                    job.id, job.fence, outcome="terminal", error_class="UNKNOWN_POLICY", error=str(exc), **usage
+                    job.id, job.fence, outcome="terminal", error_class="UNKNOWN_POLICY", error=str(exc), usage=usage
                 )
             if verdict.passed:
                 return transitions.succeed(
-                    job.id, job.fence, result=outcome.result, validation=verdict.to_json(), **usage
+                    job.id, job.fence, result=outcome.result, validation=verdict.to_json(), usage=usage
                 )
             return transitions.needs_review(
-                job.id, job.fence, result=outcome.result, validation=verdict.to_json(), **usage
+                job.id, job.fence, result=outcome.result, validation=verdict.to_json(), usage=usage
             )
         error_class = outcome.error_class or "UNKNOWN"
         error = outcome.error or ""
         if outcome.outcome is base.OutcomeClass.TERMINAL:
             return transitions.fail(
-                job.id, job.fence, outcome="terminal", error_class=error_class, error=error, **usage
+                job.id, job.fence, outcome="terminal", error_class=error_class, error=error, usage=usage
             )
         decision = retry.decide(
             attempt=job.attempt,
@@ -99,7 +99,7 @@ class Executor:
                 error_class=error_class,
                 error=error,
                 retry_in_s=max(0.0, (decision.at - now).total_seconds()),
-                **usage,
+                usage=usage,
             )
         return transitions.fail(
             job.id,
@@ -107,5 +107,5 @@ class Executor:
             outcome=outcome.outcome.value,
             error_class=decision.reason,
             error=f"{error_class}: {error}",
-            **usage,
+            usage=usage,
         )
