@@ -1,6 +1,7 @@
 """
-Durable acceptance of a batch: batch row, job rows, document rows and (by trigger) the
-`extraction.accepted.v1` outbox rows, in ONE short transaction.
+Durable acceptance of a batch: batch row, job rows, document rows and the batch's
+`batch.accepted.v1` outbox event, in ONE short transaction; its commit wakes idle claimers
+of the pool (NOTIFY).
 
 Idempotent by (tenant, idempotency key), where the key is the batch's identity
 (`namespace/name/uid`):
@@ -33,8 +34,8 @@ PRIORITIES: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}
 """Priority classes as stored (lower runs first)."""
 
 _JOB_COLUMNS = (
-    "id", "tenant", "batch_id", "ordinal", "document_key", "idempotency_key", "request_hash",
-    "content_sha256", "pool", "schema", "validation_policy", "priority", "max_attempts", "deadline_at",
+    "id", "tenant", "batch_id", "ordinal", "document_key", "request_hash", "content_sha256", "pool", "schema",
+    "validation_policy", "priority", "max_attempts", "deadline_at",
 )  # fmt: skip
 
 
@@ -127,6 +128,18 @@ async def accept_batch(
                 ],
                 columns=("job_id", "text", "bytes"),
             )
+            await conn.execute(
+                queries.sql("batch_accepted_event"),
+                batch_id,
+                {
+                    "batch_id": batch_id,
+                    "tenant": request.tenant,
+                    "batch": {"namespace": request.namespace, "name": request.name},
+                    "pool": request.pool,
+                    "jobs": len(job_ids),
+                },
+                request.pool,
+            )
             await failpoints.ahit("accept.before_commit")
     except asyncpg.LockNotAvailableError:
         raise errors.AcceptanceInProgress(
@@ -157,29 +170,25 @@ async def _copy_jobs(
 ) -> None:
     deadline_at = accepted_at + dt.timedelta(seconds=request.deadline_s)
     priority = PRIORITIES[request.priority]
-    records = []
-    for ordinal, (job_id, document, digest) in enumerate(zip(job_ids, request.documents, digests, strict=True)):
-        records.append(
-            (
-                job_id,
-                request.tenant,
-                batch_id,
-                ordinal,
-                document.key,
-                f"{request.idempotency_key}/{document.key}",
-                hashing.job_request_hash(
-                    content_sha256=digest,
-                    schema=request.schema,
-                    model_policy=request.model_policy,
-                    validation_policy=request.validation_policy,
-                ),
-                digest,
-                request.pool,
-                request.schema,
-                request.validation_policy,
-                priority,
-                request.max_attempts,
-                deadline_at,
-            )
+    job_hash = hashing.job_request_hasher(
+        schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
+    )
+    records = [
+        (
+            job_id,
+            request.tenant,
+            batch_id,
+            ordinal,
+            document.key,
+            job_hash(digest),
+            digest,
+            request.pool,
+            request.schema,
+            request.validation_policy,
+            priority,
+            request.max_attempts,
+            deadline_at,
         )
+        for ordinal, (job_id, document, digest) in enumerate(zip(job_ids, request.documents, digests, strict=True))
+    ]
     await conn.copy_records_to_table("extraction_jobs", records=records, columns=_JOB_COLUMNS)

@@ -137,13 +137,14 @@ async def heartbeat_many(
         conn: asyncpg.Connection,
         leases: Sequence[tuple[JobId, Fence]],
         *,
+        worker_id: WorkerId,
         lease_ttl_s: float,
 ) -> set[JobId]:
     """Extend leases still owned; a job missing from the result has been lost."""
     if not leases:
         return set()
     rows = await conn.fetch(
-        queries.sql("job_heartbeat_many"), [j for j, _ in leases], [f for _, f in leases], lease_ttl_s
+        queries.sql("job_heartbeat_many"), [j for j, _ in leases], [f for _, f in leases], lease_ttl_s, worker_id
     )
     return {JobId(r["id"]) for r in rows}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 HASH_VERSION = 1
@@ -26,6 +26,36 @@ def canonical_json(value: Any) -> bytes:
 def content_digest(text: str) -> str:
     """SHA-256 of a document's UTF-8 bytes, hex."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_request_hasher(
+        *,
+        schema: str,
+        model_policy: Mapping[str, Any],
+        validation_policy: str,
+) -> Callable[[str], str]:
+    """The job request hash for documents of one batch, as a function of the content digest.
+
+    The canonical JSON of everything but the digest is built once and the digest spliced
+    in, which gives byte-for-byte the canonical JSON of the whole request: a 10,000-job
+    batch costs 10,000 SHA-256 calls, not 10,000 JSON serialisations.
+    """
+    placeholder = "DOCUMENT-DIGEST"
+    template = canonical_json(
+        {
+            "v": HASH_VERSION,
+            "document_sha256": placeholder,
+            "schema": schema,
+            "model": dict(model_policy),
+            "validation_policy": validation_policy,
+        }
+    )
+    prefix, suffix = template.split(f'"{placeholder}"'.encode())
+
+    def job_hash(content_sha256: str) -> str:
+        return hashlib.sha256(prefix + canonical_json(content_sha256) + suffix).hexdigest()
+
+    return job_hash
 
 
 def job_request_hash(

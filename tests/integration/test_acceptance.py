@@ -27,11 +27,11 @@ async def test_acceptance_writes_batch_jobs_documents_and_outbox_rows_together(d
     result = await accepting.accept_batch(db, factories.batch_request(count=25))
     assert result.created
     assert len(result.job_ids) == 25
-    assert await _counts(db) == (1, 25, 25, 25)
+    assert await _counts(db) == (1, 25, 25, 1)
     states = await db.fetch("SELECT DISTINCT state FROM extraction_jobs")
     assert [r["state"] for r in states] == ["READY"]
     types = await db.fetch("SELECT DISTINCT type FROM outbox_events")
-    assert [r["type"] for r in types] == ["extraction.accepted.v1"]
+    assert [r["type"] for r in types] == ["batch.accepted.v1"]
 
 
 async def test_repeated_acceptance_inserts_nothing_and_returns_the_same_ids(db: asyncpg.Connection) -> None:
@@ -40,7 +40,7 @@ async def test_repeated_acceptance_inserts_nothing_and_returns_the_same_ids(db: 
     again = await accepting.accept_batch(db, factories.batch_request(count=5))
     assert not again.created
     assert again.job_ids == first.job_ids
-    assert await _counts(db) == (1, 5, 5, 5)
+    assert await _counts(db) == (1, 5, 5, 1)
 
 
 async def test_eight_concurrent_acceptances_of_one_batch_create_one_set_of_jobs(
@@ -56,7 +56,7 @@ async def test_eight_concurrent_acceptances_of_one_batch_create_one_set_of_jobs(
             await c.close()
     assert sum(r.created for r in results) == 1
     assert len({r.job_ids for r in results}) == 1
-    assert await _counts(db) == (1, 200, 200, 200)
+    assert await _counts(db) == (1, 200, 200, 1)
 
 
 async def test_same_key_with_a_changed_document_conflicts_and_changes_nothing(db: asyncpg.Connection) -> None:
@@ -68,7 +68,7 @@ async def test_same_key_with_a_changed_document_conflicts_and_changes_nothing(db
     changed_docs[1] = accepting.DocumentInput(key=changed_docs[1].key, text=changed_docs[1].text + "!")
     with pytest.raises(errors.IdempotencyConflict):
         await accepting.accept_batch(db, dataclasses.replace(original, documents=changed_docs))
-    assert await _counts(db) == (1, 3, 3, 3)
+    assert await _counts(db) == (1, 3, 3, 1)
     assert await db.fetch("SELECT id, request_hash FROM extraction_jobs ORDER BY id") == before
 
 
@@ -98,7 +98,7 @@ async def test_a_failure_inside_acceptance_rolls_back_everything_and_a_retry_suc
     retried = await accepting.accept_batch(db, request)
     again = await accepting.accept_batch(db, request)
     assert retried.created and not again.created
-    assert await _counts(db) == (1, 10, 10, 10)
+    assert await _counts(db) == (1, 10, 10, 1)
 
 
 async def test_an_acceptance_still_committing_elsewhere_is_reported_in_progress(

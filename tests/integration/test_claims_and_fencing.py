@@ -60,7 +60,8 @@ async def test_an_owner_whose_lease_expired_cannot_commit_and_the_new_owner_resu
     [first] = await jobs.claim_batch(db, pool=POOL, worker_id=WorkerId("zombie"), limit=1, lease_ttl_s=60)
     await _expire_leases(db)
     # The zombie's heartbeat is refused once the lease ran out.
-    assert await jobs.heartbeat_many(db, [(first.id, first.fence)], lease_ttl_s=60) == set()
+    refused = await jobs.heartbeat_many(db, [(first.id, first.fence)], worker_id=WorkerId("zombie"), lease_ttl_s=60)
+    assert refused == set()
     reaper = reaping.Reaper(dbpool, settings=ReaperSettings(), attempt=AttemptSettings(backoff_base_s=0.001))
     assert (await reaper.run_once()).rescued == 1
     await waiting.until(
@@ -119,6 +120,7 @@ async def test_heartbeat_extends_only_leases_still_owned(db: asyncpg.Connection)
     a, b = await jobs.claim_batch(db, pool=POOL, worker_id=WorkerId("w"), limit=2, lease_ttl_s=5)
     await jobs.cancel(db, job_id=b.id, reason="batch deleted")
     before = await db.fetchval("SELECT lease_until FROM extraction_jobs WHERE id = $1", a.id)
-    assert await jobs.heartbeat_many(db, [(a.id, a.fence), (b.id, b.fence)], lease_ttl_s=600) == {a.id}
+    leases = [(a.id, a.fence), (b.id, b.fence)]
+    assert await jobs.heartbeat_many(db, leases, worker_id=WorkerId("w"), lease_ttl_s=600) == {a.id}
     after = await db.fetchval("SELECT lease_until FROM extraction_jobs WHERE id = $1", a.id)
     assert after > before

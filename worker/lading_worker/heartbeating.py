@@ -18,7 +18,7 @@ import asyncpg
 
 from lading import metrics
 from lading.db import jobs
-from lading.ids import PoolName
+from lading.ids import PoolName, WorkerId
 from lading.settings import LeaseSettings
 from lading_worker import inflight, loops
 
@@ -36,9 +36,16 @@ class HeartbeatResult:
 
 class Heartbeater:
     def __init__(
-            self, db: asyncpg.Pool, registry: inflight.InFlight, *, pool: PoolName, settings: LeaseSettings
+            self,
+            db: asyncpg.Pool,
+            registry: inflight.InFlight,
+            *,
+            pool: PoolName,
+            worker_id: WorkerId,
+            settings: LeaseSettings,
     ) -> None:
         self._db = db
+        self._worker_id = worker_id
         self._registry = registry
         self._pool = pool
         self._settings = settings
@@ -50,7 +57,10 @@ class Heartbeater:
         sent_mono = inflight.InFlight.now()
         async with self._db.acquire() as conn:
             owned = await jobs.heartbeat_many(
-                conn, [(a.job.id, a.job.fence) for a in attempts], lease_ttl_s=self._settings.ttl_s
+                conn,
+                [(a.job.id, a.job.fence) for a in attempts],
+                worker_id=self._worker_id,
+                lease_ttl_s=self._settings.ttl_s,
             )
         lost = 0
         for attempt in attempts:

@@ -80,7 +80,9 @@ class Worker:
             settings=s.claimer,
             lease=s.lease,
         )
-        heartbeater = heartbeating.Heartbeater(self.db, self.inflight, pool=pool, settings=s.lease)
+        heartbeater = heartbeating.Heartbeater(
+            self.db, self.inflight, pool=pool, worker_id=self.worker_id, settings=s.lease
+        )
         reaper = reaping.Reaper(self.db, settings=s.reaper, attempt=s.attempt)
 
         stop_claiming, stop_support = asyncio.Event(), asyncio.Event()

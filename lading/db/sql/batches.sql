@@ -28,3 +28,12 @@ UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id;
 
 -- name: batch_exists
 SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2);
+
+-- name: batch_accepted_event
+-- One outbox event per accepted batch, and a wake-up for idle claimers of its pool; both
+-- take effect at commit.
+WITH event AS (
+    INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
+    VALUES (gen_random_uuid(), 'batch', $1, 'batch.accepted.v1', $2)
+)
+SELECT pg_notify('lading_jobs', $3);

@@ -40,9 +40,12 @@ SELECT c.*, d.text, clock_timestamp() AS claimed_at
 
 -- name: job_finish_many
 -- RUNNING -> SUCCEEDED | REVIEW_REQUIRED | RETRY_SCHEDULED | FAILED_TERMINAL, for many
--- attempts in one statement. Each row is a compare-and-set on (RUNNING, fence, unexpired
+-- attempts in one statement. Each row is a compare-and-set on (owner, fence, unexpired
 -- lease): a stale attempt changes nothing and is recorded in stale_completions. The
 -- attempt row, the result row and (by trigger) the outbox row commit with the state.
+-- "Running" is written as `lease_until > clock_timestamp()`: the CHECK running_has_lease
+-- makes a lease exist exactly while a job is RUNNING, and this form keeps the planner on
+-- the primary key instead of joining every submitted row against every running job.
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
@@ -64,35 +67,36 @@ WITH input AS (
       FROM input i
      WHERE j.id = i.job_id
        AND j.fence = i.fence
-       AND j.state = 'RUNNING'
+       AND j.worker_id = $13
        AND j.lease_until > clock_timestamp()
        AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'RETRY_SCHEDULED', 'FAILED_TERMINAL')
-    RETURNING j.id, j.fence, j.schema, j.validation_policy
+    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.to_state, i.result, i.validation
 ), closed AS (
     UPDATE job_attempts a
        SET finished_at = clock_timestamp(),
-           outcome = CASE WHEN f.id IS NULL THEN 'stale' ELSE i.outcome END,
+           outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN i.outcome ELSE 'stale' END,
            error_class = i.error_class, error = i.error,
            tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms
-      FROM input i LEFT JOIN finished f ON f.id = i.job_id
+      FROM input i
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
 ), stored AS (
     INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
-    SELECT f.id, f.fence, f.schema, f.validation_policy, i.result, i.validation
-      FROM finished f JOIN input i ON i.job_id = f.id
-     WHERE i.result IS NOT NULL AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED')
+    SELECT id, fence, schema, validation_policy, result, validation
+      FROM finished
+     WHERE result IS NOT NULL AND to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED')
 ), stale AS (
     INSERT INTO stale_completions (job_id, fence, worker_id)
-    SELECT i.job_id, i.fence, $13 FROM input i WHERE NOT EXISTS (SELECT 1 FROM finished f WHERE f.id = i.job_id)
+    SELECT i.job_id, i.fence, $13 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
 )
 SELECT id FROM finished;
 
 -- name: job_heartbeat_many
 -- Extend the leases this worker still owns; a job missing from the result is lost.
+-- (A lease exists only while RUNNING; see job_finish_many on why it is written this way.)
 UPDATE extraction_jobs j
    SET lease_until = clock_timestamp() + make_interval(secs => $3), updated_at = clock_timestamp()
   FROM unnest($1::bigint[], $2::bigint[]) AS h(job_id, fence)
- WHERE j.id = h.job_id AND j.fence = h.fence AND j.state = 'RUNNING' AND j.lease_until > clock_timestamp()
+ WHERE j.id = h.job_id AND j.fence = h.fence AND j.worker_id = $4 AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
 -- name: job_lock_expired_leases
@@ -122,7 +126,7 @@ WITH input AS (
            last_error = 'lease expired: the worker stopped heartbeating',
            updated_at = clock_timestamp()
       FROM input i
-     WHERE j.id = i.job_id AND j.fence = i.fence AND j.state = 'RUNNING' AND j.lease_until < clock_timestamp()
+     WHERE j.id = i.job_id AND j.fence = i.fence AND j.lease_until < clock_timestamp()  -- i.e. RUNNING, expired
        AND i.to_state IN ('RETRY_SCHEDULED', 'FAILED_TERMINAL')
     RETURNING j.id, i.fence AS old_fence, i.to_state
 ), closed AS (
