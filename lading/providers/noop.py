@@ -9,8 +9,8 @@ benchmark that wants SUCCEEDED jobs uses the builtin provider instead.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
+import json
 from typing import Any
 
 from lading.models import invoice
@@ -29,6 +29,7 @@ _RESULT = invoice.Invoice(
     tax_total="19.00",
     total="119.00",
 ).to_json()
+_RESULT_JSON = json.dumps(_RESULT)
 
 
 class NoopProvider:
@@ -45,5 +46,7 @@ class NoopProvider:
 
 
 def result() -> dict[str, Any]:
-    """A fresh copy of the fixed result (callers may keep or change theirs)."""
-    return copy.deepcopy(_RESULT)
+    """A fresh copy of the fixed result (callers may keep or change theirs); parsing JSON is
+    several times cheaper than a deep copy, which matters in a throughput benchmark."""
+    result: dict[str, Any] = json.loads(_RESULT_JSON)
+    return result

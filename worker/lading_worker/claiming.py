@@ -55,9 +55,11 @@ class Claimer:
         self._settings = settings
         self._lease = lease
         self.work_available = asyncio.Event()
+        self._claimed_metric = metrics.JOBS_CLAIMED.labels(pool)
+        self._in_flight_metric = metrics.IN_FLIGHT.labels(pool)
 
     async def run_once(self) -> ClaimResult:
-        free = self._settings.concurrency - len(self._registry)
+        free = self._settings.concurrency - self._registry.running
         if free <= 0:
             return ClaimResult()
         async with self._db.acquire() as conn:
@@ -74,14 +76,15 @@ class Claimer:
             self._registry.add(attempt)
             attempt.task = asyncio.create_task(self._attempt(attempt), name=f"attempt {job.id}/{job.fence}")
         if claimed:
-            metrics.JOBS_CLAIMED.labels(self._pool).inc(len(claimed))
-            metrics.IN_FLIGHT.labels(self._pool).set(len(self._registry))
+            self._claimed_metric.inc(len(claimed))
+            self._in_flight_metric.set(len(self._registry))
         return ClaimResult(claimed=len(claimed))
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
         try:
-            finish = await self._executor.run(attempt.job, claimed_mono=attempt.claimed_mono)
-            attempt.phase = inflight.Phase.COMMITTING
+            finish = await self._executor.run(
+                attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._registry.committing(attempt)
+            )
             await self._committer.submit(finish)
         except asyncio.CancelledError:
             logger.info("Attempt %s/%s cancelled; nothing committed", attempt.job.id, attempt.job.fence)
@@ -90,7 +93,7 @@ class Claimer:
             logger.exception("Attempt %s/%s crashed; leaving it to lease expiry", attempt.job.id, attempt.job.fence)
         finally:
             self._registry.remove(attempt.job.id)
-            metrics.IN_FLIGHT.labels(self._pool).set(len(self._registry))
+            self._in_flight_metric.set(len(self._registry))
 
     def notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload == self._pool:
@@ -100,7 +103,7 @@ class Claimer:
         listener = await self._listen()
         try:
             while not stop.is_set():
-                if len(self._registry) >= self._settings.concurrency:
+                if self._registry.running >= self._settings.concurrency:
                     self._registry.changed.clear()
                     await loops.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
                     continue

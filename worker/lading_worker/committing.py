@@ -15,6 +15,7 @@ import dataclasses
 import logging
 
 import asyncpg
+import prometheus_client
 
 from lading import metrics
 from lading.db import jobs
@@ -50,6 +51,8 @@ class Committer:
         self._settings = settings
         self._pending: list[tuple[transitions.Finish, asyncio.Future[bool]]] = []
         self._wake = asyncio.Event()
+        self._stale_metric = metrics.STALE_COMPLETIONS.labels(pool)
+        self._finished_metrics: dict[tuple[str, str], prometheus_client.Counter] = {}
 
     async def submit(self, finish: transitions.Finish) -> bool:
         """Queue `finish`; True once committed, False if it was stale and discarded."""
@@ -70,13 +73,20 @@ class Committer:
         for finish, future in batch:
             ok = finish.job_id in applied
             if ok:
-                metrics.ATTEMPTS_FINISHED.labels(self._pool, finish.outcome, finish.to.value).inc()
+                self._finished_metric(finish.outcome, finish.to.value).inc()
             else:
                 stale += 1
-                metrics.STALE_COMPLETIONS.labels(self._pool).inc()
+                self._stale_metric.inc()
             if not future.done():
                 future.set_result(ok)
         return CommitResult(applied=len(batch) - stale, stale=stale)
+
+    def _finished_metric(self, outcome: str, state: str) -> prometheus_client.Counter:
+        key = (outcome, state)
+        child = self._finished_metrics.get(key)
+        if child is None:  # label lookups are a measurable cost at thousands of commits per second
+            child = self._finished_metrics[key] = metrics.ATTEMPTS_FINISHED.labels(self._pool, outcome, state)
+        return child
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Commit until `stop` is set and nothing is pending."""

@@ -37,7 +37,24 @@ class Executor:
     settings: AttemptSettings
     rand: Callable[[], float] = random.random
 
-    async def run(self, job: jobs.ClaimedJob, *, claimed_mono: float) -> transitions.Finish:
+    async def run(
+            self,
+            job: jobs.ClaimedJob,
+            *,
+            claimed_mono: float,
+            on_model_done: Callable[[], None] | None = None,
+    ) -> transitions.Finish:
+        """Call the model, then judge its outcome. `on_model_done` runs as soon as the call
+        returns, before validation: the claimer uses it to reuse the concurrency slot."""
+        outcome, elapsed = await self.call(job)
+        if on_model_done is not None:
+            on_model_done()
+        await failpoints.ahit("worker.after_model_before_commit")
+        now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
+        return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
+
+    async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float]:
+        """The model call under the attempt timeout; every failure becomes a classified Outcome."""
         document = base.Document(job_id=job.id, key=job.document_key, text=job.text, tenant=job.tenant)
         started = time.monotonic()
         try:
@@ -55,9 +72,7 @@ class Executor:
             )
         elapsed = time.monotonic() - started
         metrics.PROVIDER_LATENCY.labels(job.pool).observe(elapsed)
-        await failpoints.ahit("worker.after_model_before_commit")
-        now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
-        return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
+        return outcome, elapsed
 
     def decide(
             self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, latency_ms: int
