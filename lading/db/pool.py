@@ -7,20 +7,23 @@ that the COPY fast path of acceptance can carry jsonb columns too.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
+import orjson
 
 _JSONB_VERSION = b"\x01"
 
 
 def _encode_jsonb(value: Any) -> bytes:
-    return _JSONB_VERSION + json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    # orjson: several times faster than the json module, which shows at thousands of
+    # results and verdicts per second; it emits UTF-8 directly (NaN/Infinity, which jsonb
+    # cannot store, become null).
+    return _JSONB_VERSION + orjson.dumps(value)
 
 
 def _decode_jsonb(data: bytes) -> Any:
-    return json.loads(data[1:])
+    return orjson.loads(data[1:])
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 HASH_VERSION = 1
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -53,7 +56,10 @@ def job_request_hasher(
     prefix, suffix = template.split(f'"{placeholder}"'.encode())
 
     def job_hash(content_sha256: str) -> str:
-        return hashlib.sha256(prefix + canonical_json(content_sha256) + suffix).hexdigest()
+        # A hex digest needs no JSON escaping: quoting it is its canonical JSON.
+        if not _HEX_DIGEST.fullmatch(content_sha256):
+            raise ValueError("content_sha256 must be a lowercase hex SHA-256 digest")
+        return hashlib.sha256(prefix + b'"' + content_sha256.encode() + b'"' + suffix).hexdigest()
 
     return job_hash
 

@@ -74,6 +74,11 @@ VAT_ID_FORMATS: Final = {
 upper-casing. Ids without a known prefix (including Turkish VKN/TCKN, printed as bare digits)
 need only be 4..14 letters and digits after any two-letter prefix."""
 _VAT_ID_OTHER = re.compile(r"[0-9A-Z]{4,14}")
+_VAT_ID_NOISE = re.compile(r"[\s.\-]")
+_COUNTRY_PREFIX = re.compile(r"[A-Z]{2}")
+_IBAN_SHAPE = re.compile(r"[A-Z]{2}[0-9]{2}[0-9A-Z]+")
+_IBAN_LETTERS = str.maketrans({chr(code): str(code - ord("A") + 10) for code in range(ord("A"), ord("Z") + 1)})
+"""ISO 13616 letter values for the mod-97 check: A=10 ... Z=35."""
 
 _EXACT = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Overflow, decimal.DivisionByZero])
 """Enough digits for any product or sum of DecimalStrings (15 + 6 digits), so nothing rounds."""
@@ -234,7 +239,7 @@ def iban_problem(value: str) -> str | None:
     the end, replace letters by numbers A=10..Z=35, the number mod 97 must be 1).
     """
     compact = "".join(value.split()).upper()
-    if not re.fullmatch(r"[A-Z]{2}[0-9]{2}[0-9A-Z]+", compact):
+    if not _IBAN_SHAPE.fullmatch(compact):
         return "is not shaped like an IBAN (2 letters, 2 check digits, then letters and digits)"
     country = compact[:2]
     length = IBAN_LENGTHS.get(country)
@@ -243,7 +248,7 @@ def iban_problem(value: str) -> str | None:
     if length is None and len(compact) not in IBAN_LENGTH_RANGE:
         return f"has {len(compact)} characters; IBANs have 15 to 34"
     rearranged = compact[4:] + compact[:4]
-    if int("".join(str(int(char, 36)) for char in rearranged)) % 97 != 1:
+    if int(rearranged.translate(_IBAN_LETTERS)) % 97 != 1:
         return "fails the ISO 13616 mod-97 checksum"
     return None
 
@@ -265,8 +270,8 @@ def vat_ids(inv: invoice.Invoice) -> list[verdicts.FailedCheck]:
 
 def vat_id_problem(value: str) -> str | None:
     """What is wrong with a VAT id (spaces, dots, dashes and case ignored), or None if it looks valid."""
-    compact = re.sub(r"[\s.\-]", "", value).upper()
-    prefix = compact[:2] if re.match(r"[A-Z]{2}", compact) else ""
+    compact = _VAT_ID_NOISE.sub("", value).upper()
+    prefix = compact[:2] if _COUNTRY_PREFIX.match(compact) else ""
     known = VAT_ID_FORMATS.get(prefix)
     if known is not None:
         pattern, description = known

@@ -19,9 +19,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import random
 import time
 from collections.abc import Callable
+
+import prometheus_client
 
 from lading import errors, failpoints, metrics
 from lading.db import jobs
@@ -31,7 +34,7 @@ from lading.settings import AttemptSettings
 from lading.validation import policies
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity hash: `_latency_metric` caches per executor
 class Executor:
     provider: base.Provider
     settings: AttemptSettings
@@ -71,8 +74,12 @@ class Executor:
                 base.OutcomeClass.TRANSIENT, error_class="ProviderError", error=f"{type(exc).__name__}: {exc}"[:500]
             )
         elapsed = time.monotonic() - started
-        metrics.PROVIDER_LATENCY.labels(job.pool).observe(elapsed)
+        self._latency_metric(job.pool).observe(elapsed)
         return outcome, elapsed
+
+    @functools.cache  # noqa: B019 - one executor per worker, a handful of pools: bounded
+    def _latency_metric(self, pool: str) -> prometheus_client.Histogram:
+        return metrics.PROVIDER_LATENCY.labels(pool)
 
     def decide(
             self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, latency_ms: int
