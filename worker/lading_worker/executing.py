@@ -52,6 +52,9 @@ class Executor:
         outcome, elapsed = await self.call(job)
         if on_model_done is not None:
             on_model_done()
+            # Yield once, so that when many calls return together the claimer refills their
+            # slots before this burst of validations runs, not after it.
+            await asyncio.sleep(0)
         await failpoints.ahit("worker.after_model_before_commit")
         now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
         return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
