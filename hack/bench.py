@@ -85,7 +85,8 @@ DISPATCH_SETTINGS: tuple[tuple[int, int, int], ...] = (
     (500, 100, 200),
 )
 
-CONCURRENCY_JOBS = 2_500
+CONCURRENCY_JOBS = 5_000
+"""Ten waves of 500 one-second calls: start-up and drain are included, but do not dominate."""
 CONCURRENCY_IN_FLIGHT = 500
 CONCURRENCY_CLAIM_BATCH = 100
 CONCURRENCY_LATENCY_S = 1.0
@@ -437,11 +438,11 @@ async def run_worker(
     )
 
 
-def worker_settings(*, concurrency: int, claim_batch: int, commit_batch: int) -> WorkerSettings:
+def worker_settings(*, concurrency: int, claim_batch: int, commit_batch: int, prefetch: int = 0) -> WorkerSettings:
     return WorkerSettings(
         pool=POOL,
         claimer=ClaimerSettings(
-            concurrency=concurrency, batch_size=claim_batch, commit_batch_size=commit_batch
+            concurrency=concurrency, batch_size=claim_batch, commit_batch_size=commit_batch, prefetch=prefetch
         ),
         lease=LeaseSettings(),
         reaper=ReaperSettings(),
@@ -578,18 +579,19 @@ async def bench_concurrency(url: str) -> tuple[dict[str, Any], dict[str, Any], b
     conn = await dbpool.connect(url)
     pool = await _worker_pool(url)
     settings = worker_settings(
-        concurrency=CONCURRENCY_IN_FLIGHT, claim_batch=CONCURRENCY_CLAIM_BATCH, commit_batch=100
+        concurrency=CONCURRENCY_IN_FLIGHT,
+        claim_batch=CONCURRENCY_CLAIM_BATCH,
+        commit_batch=100,
+        prefetch=CONCURRENCY_IN_FLIGHT,
     )
+    no_prefetch = dataclasses.replace(settings, claimer=dataclasses.replace(settings.claimer, prefetch=0))
+    sleeping = SleepingProvider(noop.NoopProvider(), CONCURRENCY_LATENCY_S)
     try:
         await _prepare(conn, invoice_texts(CONCURRENCY_JOBS))
-        run = await run_worker(
-            pool,
-            conn,
-            settings=settings,
-            provider=SleepingProvider(noop.NoopProvider(), CONCURRENCY_LATENCY_S),
-            jobs=CONCURRENCY_JOBS,
-        )
-        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the second run
+        run = await run_worker(pool, conn, settings=settings, provider=sleeping, jobs=CONCURRENCY_JOBS)
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the other runs
+        await _prepare(conn, invoice_texts(CONCURRENCY_JOBS))
+        plain_run = await run_worker(pool, conn, settings=no_prefetch, provider=sleeping, jobs=CONCURRENCY_JOBS)
         await _prepare(conn, [sample.text for sample in generator.generate(CONCURRENCY_JOBS, seed=1)])
         builtin_run = await run_worker(
             pool,
@@ -607,11 +609,17 @@ async def bench_concurrency(url: str) -> tuple[dict[str, Any], dict[str, Any], b
         "provider": f"SleepingProvider(NoopProvider, {CONCURRENCY_LATENCY_S:g} s)",
         "in_flight": CONCURRENCY_IN_FLIGHT,
         "claim_batch": CONCURRENCY_CLAIM_BATCH,
+        "prefetch": CONCURRENCY_IN_FLIGHT,
         "latency_s": CONCURRENCY_LATENCY_S,
         **run.to_json(),
         "ideal_jobs_per_s": ideal,
         "efficiency": round(efficiency, 3),
         "peak_rss_mb_measured_run": round(peak_rss_mb, 1),
+        "without_prefetch_run": {
+            "prefetch": 0,
+            **plain_run.to_json(),
+            "efficiency": round(CONCURRENCY_JOBS / plain_run.seconds / ideal, 3),
+        },
         "builtin_provider_run": {
             "provider": (
                 f"BuiltinProvider(latency_s={CONCURRENCY_LATENCY_S:g}) on generator.generate(n, seed=1)"

@@ -23,6 +23,12 @@ class ClaimerSettings:
     """Attempts in flight in one worker process. Hundreds work: attempts are coroutines."""
     batch_size: int = 50
     """Claim up to this many jobs per round trip. Round trips decide throughput."""
+    prefetch: int = 0
+    """Jobs claimed ahead of free slots. A slot that frees then starts its next job at once
+    instead of after a claim round trip, which matters when many calls end together. Each
+    prefetched job holds a heartbeated lease without running; on shutdown it is released
+    unstarted (its attempt given back). 0 claims only for free slots, which spreads a small
+    backlog most evenly across replicas."""
     poll_interval_s: float = 1.0
     """Sleep between empty polls; LISTEN/NOTIFY on new work wakes the claimer earlier."""
     commit_batch_size: int = 100

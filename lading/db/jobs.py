@@ -149,6 +149,21 @@ async def heartbeat_many(
     return {JobId(r["id"]) for r in rows}
 
 
+async def release_many(
+        conn: asyncpg.Connection,
+        leases: Sequence[tuple[JobId, Fence]],
+        *,
+        worker_id: WorkerId,
+) -> set[JobId]:
+    """Give back claims whose model call never started; they are claimable again at once."""
+    if not leases:
+        return set()
+    rows = await conn.fetch(
+        queries.sql("job_release_many"), [j for j, _ in leases], [f for _, f in leases], worker_id
+    )
+    return {JobId(r["id"]) for r in rows}
+
+
 async def lock_expired_leases(conn: asyncpg.Connection, *, limit: int) -> list[ExpiredLease]:
     """Inside a transaction: lock running jobs whose lease ran out (SKIP LOCKED)."""
     rows = await conn.fetch(queries.sql("job_lock_expired_leases"), limit)

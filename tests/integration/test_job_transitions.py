@@ -48,6 +48,10 @@ def _reap(to: JobState) -> Operation:
     return run
 
 
+async def _release(conn: asyncpg.Connection, job_id: JobId, fence: Fence) -> None:
+    await jobs.release_many(conn, [(job_id, fence)], worker_id=WorkerId("w1"))
+
+
 async def _expire(conn: asyncpg.Connection, job_id: JobId, fence: Fence) -> None:
     await jobs.expire_waiting(conn, limit=10)
 
@@ -76,6 +80,7 @@ OPERATIONS: dict[str, tuple[frozenset[JobState], JobState, Operation, Setup]] = 
     "finish-failed": (RUNNING, JobState.FAILED_TERMINAL, _finish(JobState.FAILED_TERMINAL), {}),
     "reap-retry": (RUNNING, JobState.RETRY_SCHEDULED, _reap(JobState.RETRY_SCHEDULED), {"lease_expired": True}),
     "reap-failed": (RUNNING, JobState.FAILED_TERMINAL, _reap(JobState.FAILED_TERMINAL), {"lease_expired": True}),
+    "release": (RUNNING, JobState.RETRY_SCHEDULED, _release, {}),
     "expire": (states.CLAIMABLE, JobState.FAILED_TERMINAL, _expire, {"deadline_passed": True}),
     "approve": (REVIEW, JobState.SUCCEEDED, _review(True), {}),
     "reject": (REVIEW, JobState.FAILED_TERMINAL, _review(False), {}),

@@ -10,6 +10,7 @@ from lading_worker import running
 
 from lading import accepting
 from lading.db import jobs
+from lading.ids import WorkerId
 from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from tests.support import factories, providers, waiting
@@ -152,3 +153,65 @@ async def test_attempts_still_running_after_the_grace_period_are_left_to_lease_e
         await waiting.until(two_running, timeout_s=10)
     assert await _states(db) == {"RUNNING": 2}
     assert provider.cancelled == 2
+
+
+async def test_prefetched_jobs_wait_for_a_slot_and_are_released_unstarted_on_stop(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=10))
+    gate = asyncio.Event()
+    provider = providers.ScriptedProvider(providers.always(TERMINAL_OUTCOME), gate=gate)
+    settings = _settings(claimer=ClaimerSettings(concurrency=2, batch_size=10, prefetch=3, poll_interval_s=0.05))
+    stop = asyncio.Event()
+    task = asyncio.create_task(running.Worker(dbpool, settings=settings, provider=provider).run(stop))
+    try:
+        async def five_claimed() -> bool:
+            return await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'RUNNING'") == 5
+
+        await waiting.until(five_claimed, timeout_s=10)
+        assert len(provider.calls) == 2  # only the slots run; three wait, claimed ahead
+        stop.set()
+
+        async def three_released() -> bool:
+            return await db.fetchval("SELECT count(*) FROM job_attempts WHERE outcome = 'cancelled'") == 3
+
+        await waiting.until(three_released, timeout_s=10)
+        gate.set()
+        await asyncio.wait_for(task, 10)
+    finally:
+        stop.set()
+        gate.set()
+        await asyncio.wait_for(task, 10)
+    assert len(provider.calls) == 2
+    assert await _states(db) == {"FAILED_TERMINAL": 2, "RETRY_SCHEDULED": 3, "READY": 5}
+    released = await db.fetch("SELECT attempt, fence FROM extraction_jobs WHERE state = 'RETRY_SCHEDULED'")
+    assert {(r["attempt"], r["fence"]) for r in released} == {(0, 2)}  # the unstarted attempt given back
+    claimable = await jobs.claim_batch(db, pool=factories.POOL, worker_id=WorkerId("next"), limit=10, lease_ttl_s=5)
+    assert len(claimable) == 8
+
+
+async def test_slots_refill_from_the_prefetch_queue_until_every_job_is_done(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=40))
+    in_flight, peak = 0, 0
+
+    class Counting(providers.ScriptedProvider):
+        async def extract(self, document: base.Document, *, schema: str, policy: str) -> base.Outcome:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await asyncio.sleep(0.01)
+                return TERMINAL_OUTCOME
+            finally:
+                in_flight -= 1
+
+    settings = _settings(claimer=ClaimerSettings(concurrency=4, batch_size=8, prefetch=8, poll_interval_s=0.05))
+    worker = running.Worker(dbpool, settings=settings, provider=Counting(providers.always(TERMINAL_OUTCOME)))
+    async with waiting.running(worker.run):
+        await waiting.until(lambda: _all_settled(db, 40), timeout_s=30)
+    assert peak == 4
+    assert await db.fetchval("SELECT max(attempt) FROM extraction_jobs") == 1

@@ -1,15 +1,19 @@
 """
-The claimer: keeps up to `concurrency` attempts in flight, claiming in batches.
+The claimer: keeps up to `concurrency` model calls in flight, claiming in batches.
 
 One round trip claims up to `batch_size` jobs (READY or due RETRY_SCHEDULED, by priority
-then age, SKIP LOCKED) and opens their attempt rows. Each claimed job becomes its own
-task: executor -> committer. When there is nothing to claim, the claimer sleeps until a
-NOTIFY says new work arrived for its pool, a slot frees up, or the poll interval passes.
+then age, SKIP LOCKED) and opens their attempt rows. Claimed jobs wait in a local queue
+(at most `prefetch` beyond the free slots) and each starts as its own task, executor ->
+committer, as soon as a slot is free: a slot frees the moment its model call returns. When
+there is nothing to claim, the claimer sleeps until a NOTIFY says new work arrived for its
+pool, a slot frees up, or the poll interval passes. When it stops, queued jobs that never
+started are released for other workers at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -55,35 +59,57 @@ class Claimer:
         self._settings = settings
         self._lease = lease
         self.work_available = asyncio.Event()
+        self._queue: collections.deque[inflight.Attempt] = collections.deque()
         self._claimed_metric = metrics.JOBS_CLAIMED.labels(pool)
         self._in_flight_metric = metrics.IN_FLIGHT.labels(pool)
 
+    @property
+    def _capacity(self) -> int:
+        """How many more jobs may be claimed now: free slots plus the prefetch allowance."""
+        held = self._registry.running + self._registry.queued
+        return self._settings.concurrency + self._settings.prefetch - held
+
     async def run_once(self) -> ClaimResult:
-        free = self._settings.concurrency - self._registry.running
-        if free <= 0:
+        capacity = self._capacity
+        if capacity <= 0:
             return ClaimResult()
         async with self._db.acquire() as conn:
             claimed = await jobs.claim_batch(
                 conn,
                 pool=self._pool,
                 worker_id=self._worker_id,
-                limit=min(free, self._settings.batch_size),
+                limit=min(capacity, self._settings.batch_size),
                 lease_ttl_s=self._lease.ttl_s,
             )
         now = inflight.InFlight.now()
         for job in claimed:
             attempt = inflight.Attempt(job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s)
             self._registry.add(attempt)
-            attempt.task = asyncio.create_task(self._attempt(attempt), name=f"attempt {job.id}/{job.fence}")
+            self._queue.append(attempt)
+        self.start_queued()
         if claimed:
             self._claimed_metric.inc(len(claimed))
-            self._in_flight_metric.set(len(self._registry))
         return ClaimResult(claimed=len(claimed))
+
+    def start_queued(self) -> None:
+        """Start queued jobs while slots are free (skipping any whose lease was lost meanwhile)."""
+        while self._queue and self._registry.running < self._settings.concurrency:
+            attempt = self._queue.popleft()
+            if not self._registry.owns(attempt):
+                continue
+            self._registry.move(attempt, inflight.Phase.RUNNING)
+            name = f"attempt {attempt.job.id}/{attempt.job.fence}"
+            attempt.task = asyncio.create_task(self._attempt(attempt), name=name)
+        self._in_flight_metric.set(self._registry.running)
+
+    def _model_done(self, attempt: inflight.Attempt) -> None:
+        self._registry.move(attempt, inflight.Phase.COMMITTING)
+        self.start_queued()
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
         try:
             finish = await self._executor.run(
-                attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._registry.committing(attempt)
+                attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._model_done(attempt)
             )
             await self._committer.submit(finish)
         except asyncio.CancelledError:
@@ -93,7 +119,25 @@ class Claimer:
             logger.exception("Attempt %s/%s crashed; leaving it to lease expiry", attempt.job.id, attempt.job.fence)
         finally:
             self._registry.remove(attempt.job.id)
-            self._in_flight_metric.set(len(self._registry))
+            self.start_queued()
+
+    async def release_queued(self) -> int:
+        """Give back jobs claimed ahead that never started (at shutdown)."""
+        queued = [a for a in self._queue if self._registry.owns(a) and a.phase is inflight.Phase.QUEUED]
+        self._queue.clear()
+        if not queued:
+            return 0
+        try:
+            async with self._db.acquire() as conn:
+                released = await jobs.release_many(
+                    conn, [(a.job.id, a.job.fence) for a in queued], worker_id=self._worker_id
+                )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("Could not release %d unstarted jobs; their leases will expire: %s", len(queued), exc)
+            released = set()
+        for attempt in queued:
+            self._registry.remove(attempt.job.id)
+        return len(released)
 
     def notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload == self._pool:
@@ -103,7 +147,7 @@ class Claimer:
         listener = await self._listen()
         try:
             while not stop.is_set():
-                if self._registry.running >= self._settings.concurrency:
+                if self._capacity <= 0:
                     self._registry.changed.clear()
                     await loops.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
                     continue
@@ -119,6 +163,9 @@ class Claimer:
                         stop, loops.jittered(self._settings.poll_interval_s), wake=self.work_available
                     )
         finally:
+            released = await self.release_queued()
+            if released:
+                logger.info("Released %d jobs claimed ahead that never started", released)
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.remove_listener(NOTIFY_CHANNEL, self.notified)

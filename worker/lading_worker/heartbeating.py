@@ -73,14 +73,15 @@ class Heartbeater:
     def abandon_expired(self) -> int:
         """Cancel running attempts whose lease, as far as we know, is about to end."""
         now = inflight.InFlight.now()
-        return sum(
-            self._lose(a) for a in self._registry.all() if a.lease_deadline_mono - SAFETY_MARGIN_S <= now
-        )
+        return sum(self._lose(a) for a in self._registry.all() if a.lease_deadline_mono - SAFETY_MARGIN_S <= now)
 
     def _lose(self, attempt: inflight.Attempt) -> bool:
-        if attempt.phase is not inflight.Phase.RUNNING or attempt.task is None or attempt.task.done():
+        if attempt.phase is inflight.Phase.QUEUED:
+            self._registry.remove(attempt.job.id)  # never started: just forget it
+        elif attempt.phase is inflight.Phase.RUNNING and attempt.task is not None and not attempt.task.done():
+            attempt.task.cancel()
+        else:
             return False  # a committing attempt is settled by its compare-and-set
-        attempt.task.cancel()
         metrics.LEASES_LOST.labels(self._pool).inc()
         return True
 

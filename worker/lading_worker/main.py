@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool", required=True, help="InferencePool as namespace/name")
     parser.add_argument("--concurrency", type=int, default=ClaimerSettings.concurrency)
     parser.add_argument("--claim-batch", type=int, default=ClaimerSettings.batch_size)
+    parser.add_argument(
+        "--prefetch", type=int, default=ClaimerSettings.prefetch, help="jobs claimed ahead of free slots"
+    )
     parser.add_argument("--poll-interval", type=float, default=ClaimerSettings.poll_interval_s)
     parser.add_argument("--lease-ttl", type=float, default=LeaseSettings.ttl_s)
     parser.add_argument("--heartbeat-interval", type=float, default=LeaseSettings.heartbeat_interval_s)
@@ -39,7 +42,10 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         pool=args.pool,
         lease=LeaseSettings(ttl_s=args.lease_ttl, heartbeat_interval_s=args.heartbeat_interval),
         claimer=ClaimerSettings(
-            concurrency=args.concurrency, batch_size=args.claim_batch, poll_interval_s=args.poll_interval
+            concurrency=args.concurrency,
+            batch_size=args.claim_batch,
+            prefetch=args.prefetch,
+            poll_interval_s=args.poll_interval,
         ),
         reaper=ReaperSettings(interval_s=args.reaper_interval),
         attempt=AttemptSettings(

@@ -99,6 +99,29 @@ UPDATE extraction_jobs j
  WHERE j.id = h.job_id AND j.fence = h.fence AND j.worker_id = $4 AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
+-- name: job_release_many
+-- RUNNING -> RETRY_SCHEDULED, due at once, for claims whose model call never started
+-- (prefetched by a worker that is shutting down). The unstarted attempt is given back
+-- (attempt-1) and closed as cancelled; fence+1 so the old claim can never commit.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(job_id, fence)
+), released AS (
+    UPDATE extraction_jobs j
+       SET state = 'RETRY_SCHEDULED', attempt = j.attempt - 1, fence = j.fence + 1, lease_until = NULL,
+           worker_id = NULL, available_at = clock_timestamp(), updated_at = clock_timestamp()
+      FROM input i
+     WHERE j.id = i.job_id AND j.fence = i.fence AND j.worker_id = $3
+       AND j.lease_until > clock_timestamp()  -- i.e. RUNNING and still ours
+    RETURNING j.id, i.fence AS old_fence
+), closed AS (
+    UPDATE job_attempts a
+       SET finished_at = clock_timestamp(), outcome = 'cancelled', error_class = 'Released',
+           error = 'claimed ahead and released unstarted at worker shutdown'
+      FROM released r
+     WHERE a.job_id = r.id AND a.fence = r.old_fence AND a.finished_at IS NULL
+)
+SELECT id FROM released;
+
 -- name: job_lock_expired_leases
 -- The reaper's first step, inside its transaction: running jobs whose lease ran out.
 SELECT id, fence, attempt, max_attempts, deadline_at, clock_timestamp() AS now
