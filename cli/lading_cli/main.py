@@ -15,9 +15,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+import asyncpg
+
 from lading_worker import main as worker_main
 
-from lading import __version__
+from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading_cli import local
@@ -67,4 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     handler = args.handler
-    return int(handler(args))
+    try:
+        return int(handler(args))
+    except errors.LadingError as exc:
+        print(f"lading {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # The URL is not echoed: it may carry a password.
+        print(f"lading {args.command}: database unavailable: {exc}", file=sys.stderr)
+        return 3
