@@ -16,7 +16,6 @@ import sys
 from collections.abc import Sequence
 
 import asyncpg
-
 from lading_worker import main as worker_main
 
 from lading import __version__, errors
