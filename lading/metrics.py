@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
+REGISTRY = prom.REGISTRY
+"""The registry /metrics serves: the process default, so client-library process metrics come along."""
+
 JOBS_CLAIMED = prom.Counter("lading_jobs_claimed_total", "Jobs claimed by this worker", ["pool"])
 ATTEMPTS_FINISHED = prom.Counter(
     "lading_attempts_finished_total",

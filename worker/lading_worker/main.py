@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 from collections.abc import Sequence
 
+from lading import health
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
@@ -35,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attempt-timeout", type=float, default=AttemptSettings.timeout_s)
     parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
     parser.add_argument("--grace", type=float, default=WorkerSettings.shutdown_grace_s)
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464 in a pod); off by default",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> WorkerSettings:
@@ -55,23 +62,32 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
     )
 
 
-async def serve(dsn: str, settings: WorkerSettings) -> None:
+async def serve(dsn: str, settings: WorkerSettings, *, http: str | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    conn = await dbpool.connect(dsn)
-    try:
-        await migrating.migrate(conn)
-    finally:
-        await conn.close()
-    await running.run_worker(dsn, settings, stop)
+    async with contextlib.AsyncExitStack() as stack:
+        if http is not None:
+            host, port = health.parse_listen(http)
+            await stack.enter_async_context(health.serving(dsn, host=host, port=port))
+        conn = await dbpool.connect(dsn)
+        try:
+            await migrating.migrate(conn)
+        finally:
+            await conn.close()
+        await running.run_worker(dsn, settings, stop)
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.database_url:
         raise SystemExit("lading worker: --database-url or $DATABASE_URL is required")
-    asyncio.run(serve(args.database_url, settings_from(args)))
+    if args.http is not None:
+        try:
+            health.parse_listen(args.http)
+        except ValueError as exc:
+            raise SystemExit(f"lading worker: --http: {exc}") from None
+    asyncio.run(serve(args.database_url, settings_from(args), http=args.http))
     return 0
 
 
