@@ -216,7 +216,7 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         return
     table = rich.table.Table(title=f"Lading run ({summary['database']} database, {summary['elapsed_s']:.1f} s)")
     for column in ("batch", "total", "succeeded", "review", "failed", "cancelled", "other", "settled"):
-        table.add_column(column, justify="left" if column == "batch" else "right", overflow="fold")
+        table.add_column(column, justify="left" if column == "batch" else "right", overflow="fold", no_wrap=True)
     for b in summary["batches"]:
         counts = b["counts"]
         other = counts["READY"] + counts["RUNNING"] + counts["RETRY_SCHEDULED"]
@@ -230,4 +230,5 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
             str(other),
             "yes" if b["settled"] else "no",
         )
-    rich.console.Console().print(table)
+    # A terminal gets its own width; logs and pipes get room for whole batch names.
+    rich.console.Console(width=None if sys.stdout.isatty() else 120).print(table)
