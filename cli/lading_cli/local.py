@@ -107,7 +107,11 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    workers = [asyncio.create_task(running.Worker(db, settings=s).run(stop), name=f"worker {s.pool}") for s in settings]
+    keys = _api_keys(loaded)
+    workers = [
+        asyncio.create_task(running.Worker(db, settings=s, api_key=keys.get(s.pool)).run(stop), name=f"worker {s.pool}")
+        for s in settings
+    ]
     display = _display(args)
     timed_out = False
     try:
@@ -160,6 +164,20 @@ def _worker_settings(
                 )
             )
     return result
+
+
+def _api_keys(loaded: manifests.Manifests) -> dict[str, str]:
+    """Each pool's API key, from the Secret its endpoint references (validated at load time)."""
+    keys: dict[str, str] = {}
+    for item in loaded.inference_pools:
+        pool = item.resource
+        endpoint = pool.spec.endpoint
+        if endpoint is not None and endpoint.api_key_secret_ref is not None:
+            namespace = pool.metadata.namespace or "default"
+            keys[applying.pool_key(namespace, pool.metadata.name)] = loaded.secret_value(
+                namespace=namespace, ref=endpoint.api_key_secret_ref
+            )
+    return keys
 
 
 def _display(args: argparse.Namespace) -> progress.Display:

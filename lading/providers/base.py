@@ -67,3 +67,10 @@ class Provider(Protocol):
     """Anything that turns a document into a structured result for a schema."""
 
     async def extract(self, document: Document, *, schema: str, policy: str) -> Outcome: ...
+
+
+async def close(provider: Provider) -> None:
+    """Release what a provider holds (HTTP sessions), if it holds anything."""
+    closer = getattr(provider, "close", None)
+    if closer is not None:
+        await closer()

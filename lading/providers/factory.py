@@ -1,17 +1,36 @@
-"""Build the provider an InferencePool's row asks for."""
+"""
+Build the provider an InferencePool's row asks for.
+
+Secrets are not read here: whoever calls `for_pool` resolves the pool's `apiKeySecretRef` (a
+Kubernetes Secret, or a manifest's Secret under `lading run`) and passes the key in. A provider
+that opens connections (`openai-compatible`) must be closed by the caller when it is done.
+"""
 
 from __future__ import annotations
 
 from lading.db import registry
-from lading.providers import base, builtin
+from lading.providers import base, builtin, openai_compatible
 
 
 class UnsupportedProvider(ValueError):
     """The pool names a provider this build cannot construct."""
 
 
-def for_pool(pool: registry.Pool) -> base.Provider:
+class MissingApiKey(ValueError):
+    """The pool references an API key Secret, but no key was passed in."""
+
+
+def for_pool(pool: registry.Pool, *, api_key: str | None = None) -> base.Provider:
     if pool.provider == "builtin":
         latency_ms = int((pool.spec.get("builtin") or {}).get("latencyMs", 0))
         return builtin.BuiltinProvider(latency_s=latency_ms / 1000)
+    if pool.provider == "openai-compatible":
+        endpoint = pool.spec.get("endpoint") or {}
+        url = endpoint.get("url")
+        model = pool.model or pool.spec.get("model")
+        if not url or not model:
+            raise UnsupportedProvider(f"pool {pool.name}: openai-compatible needs endpoint.url and model")
+        if endpoint.get("apiKeySecretRef") is not None and not api_key:
+            raise MissingApiKey(f"pool {pool.name}: endpoint.apiKeySecretRef is set but no API key was given")
+        return openai_compatible.OpenAICompatibleProvider(base_url=url, model=model, api_key=api_key)
     raise UnsupportedProvider(f"pool {pool.name}: provider {pool.provider!r} is not available in this build")

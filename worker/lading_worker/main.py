@@ -21,6 +21,9 @@ from lading.db import pool as dbpool
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from lading_worker import running
 
+API_KEY_ENV = "LADING_PROVIDER_API_KEY"
+"""The model endpoint's API key, injected from the pool's Secret (never a flag: flags show in `ps`)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
@@ -76,7 +79,7 @@ async def serve(dsn: str, settings: WorkerSettings, *, http: str | None = None) 
             await migrating.migrate(conn)
         finally:
             await conn.close()
-        await running.run_worker(dsn, settings, stop)
+        await running.run_worker(dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None)
 
 
 def run(args: argparse.Namespace) -> int:

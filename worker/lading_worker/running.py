@@ -48,11 +48,13 @@ class Worker:
             *,
             settings: WorkerSettings,
             provider: base.Provider | None = None,
+            api_key: str | None = None,
             worker_id: WorkerId | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.provider = provider
+        self._api_key = api_key
         self.worker_id = worker_id or new_worker_id()
         self.inflight = inflight.InFlight()
 
@@ -63,13 +65,21 @@ class Worker:
             pool = await registry.get_pool(conn, name=PoolName(self.settings.pool))
         if pool is None:
             raise PoolNotFound(f"InferencePool {self.settings.pool} is not registered")
-        return factory.for_pool(pool)
+        return factory.for_pool(pool, api_key=self._api_key)
 
     async def run(self, stop: asyncio.Event) -> None:
+        provider = await self._provider()
+        try:
+            await self._run(stop, provider)
+        finally:
+            if provider is not self.provider:  # we built it, we close it (HTTP sessions)
+                await base.close(provider)
+
+    async def _run(self, stop: asyncio.Event, provider: base.Provider) -> None:
         s = self.settings
         pool = PoolName(s.pool)
         committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
-        executor = executing.Executor(provider=await self._provider(), settings=s.attempt)
+        executor = executing.Executor(provider=provider, settings=s.attempt)
         claimer = claiming.Claimer(
             self.db,
             self.inflight,
@@ -128,10 +138,10 @@ class Worker:
             logger.warning("%d attempts did not finish in the grace period; their leases will expire", len(pending))
 
 
-async def run_worker(dsn: str, settings: WorkerSettings, stop: asyncio.Event) -> None:
+async def run_worker(dsn: str, settings: WorkerSettings, stop: asyncio.Event, *, api_key: str | None = None) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8)
     try:
-        await Worker(db, settings=settings).run(stop)
+        await Worker(db, settings=settings, api_key=api_key).run(stop)
     finally:
         await db.close()

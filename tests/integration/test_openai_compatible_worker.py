@@ -1,0 +1,82 @@
+"""
+A worker whose pool is an OpenAI-compatible endpoint: a real HTTP model server (the stub)
+that reads the document out of the prompt and answers like a model that extracts well.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import asyncpg
+from aiohttp import web
+from lading_worker import running
+
+from lading import accepting
+from lading.db import registry
+from lading.ids import PoolName
+from lading.providers import builtin
+from lading.samples import generator
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from tests.support import factories, model_stub, waiting
+
+DOCUMENT = re.compile(r"^<document-([0-9a-f]+)>\n(.*)\n</document-\1>$", re.DOTALL | re.MULTILINE)
+
+
+def extracting_model() -> model_stub.Reply:
+    """Answers with what the built-in extractor reads from the delimited document."""
+
+    async def reply(stub: model_stub.ModelStub, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        match = DOCUMENT.search(user)
+        assert match is not None, "the document is delimited in the user message"
+        outcome = builtin.extract_text(match[2])
+        content = json.dumps(outcome.result) if outcome.result is not None else "{}"
+        return web.json_response(model_stub.completion_body(content, prompt_tokens=len(user) // 4,
+                                                            completion_tokens=len(content) // 4))
+
+    return reply
+
+
+async def test_jobs_run_through_an_openai_compatible_endpoint_with_the_pool_key(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    samples = [s for s in generator.generate(40, seed=11) if s.expected_state != "FAILED_TERMINAL"][:20]
+    async with model_stub.running(extracting_model()) as stub:
+        await factories.seed(db)
+        await registry.upsert_pool(
+            db,
+            name=PoolName(factories.POOL),
+            provider="openai-compatible",
+            model="qwen",
+            spec={"endpoint": {"url": stub.url, "apiKeySecretRef": {"name": "k", "key": "apiKey"}}},
+        )
+        request = factories.batch_request(count=0)
+        documents = [accepting.DocumentInput(key=s.key, text=s.text) for s in samples]
+        await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
+        settings = WorkerSettings(
+            pool=factories.POOL,
+            lease=LeaseSettings(ttl_s=30, heartbeat_interval_s=1),
+            claimer=ClaimerSettings(concurrency=8, poll_interval_s=0.05),
+            reaper=ReaperSettings(interval_s=0.5),
+            attempt=AttemptSettings(timeout_s=10),
+        )
+        worker = running.Worker(dbpool, settings=settings, api_key="sk-test-key")
+
+        async def settled() -> bool:
+            return await db.fetchval(
+                "SELECT count(*) FROM extraction_jobs WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED')"
+            ) == len(samples)
+
+        async with waiting.running(worker.run):
+            await waiting.until(settled, timeout_s=30)
+
+    states = {r["document_key"]: r["state"] for r in await db.fetch("SELECT document_key, state FROM extraction_jobs")}
+    assert states == {s.key: s.expected_state for s in samples}
+    assert len(stub.requests) == len(samples)  # one request per job: no client retries
+    assert {r.headers["Authorization"] for r in stub.requests} == {"Bearer sk-test-key"}
+    assert {r.body["temperature"] for r in stub.requests} == {0}
+    tokens = await db.fetch("SELECT tokens_in, tokens_out FROM job_attempts")
+    assert all(r["tokens_in"] and r["tokens_out"] for r in tokens)
+    assert stub.max_concurrent <= 8
