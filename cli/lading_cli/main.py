@@ -4,6 +4,8 @@
     run FILE...   apply manifests and run the whole system on this machine until done
     migrate       apply database migrations (idempotent, safe to run concurrently)
     worker        run one worker process for one InferencePool
+    jobs          list jobs (filters, paging) or show one with every attempt, result and event
+    status        one-screen overview: pools, batches in progress, review queue, outbox
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from lading_worker import main as worker_main
 from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import local
+from lading_cli import local, reports
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -59,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run a worker for one InferencePool")
     worker_main.add_arguments(worker)
     worker.set_defaults(handler=worker_main.run)
+
+    jobs = commands.add_parser("jobs", help="list and inspect extraction jobs")
+    jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
+    jobs_list = jobs_commands.add_parser("list", help="list jobs, filtered and paged")
+    reports.add_list_arguments(jobs_list)
+    jobs_list.set_defaults(handler=reports.list_jobs)
+    jobs_show = jobs_commands.add_parser("show", help="one job: its attempts, result and outbox events")
+    reports.add_show_arguments(jobs_show)
+    jobs_show.set_defaults(handler=reports.show_job)
+
+    status = commands.add_parser("status", help="one-screen overview: pools, batches, review queue, outbox")
+    reports.add_status_arguments(status)
+    status.set_defaults(handler=reports.status)
     return parser
 
 

@@ -1,0 +1,605 @@
+"""
+`lading jobs list`, `lading jobs show ID` and `lading status`: read-only views for people.
+
+The figures come from `lading.db.reporting` (one bounded query each), read in one read-only
+snapshot so that they agree with each other; this module parses arguments and prints them: rich
+tables at a terminal, or `--json` for scripts (times in RFC 3339, UTC; ages in seconds, by the
+database clock). Nothing here writes to the database.
+
+A job's document text is never read, let alone printed, unless `--show-document` asks for it: it
+may be confidential, and terminals, CI logs and shared screens keep what they are shown. Text that
+comes from the database (error messages, keys) is printed as plain text, never as rich markup.
+
+Exit codes: 0 shown; 1 no such job; 2 invalid arguments; 3 database unavailable (`main.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+import rich.console
+import rich.json
+import rich.table
+import rich.text
+
+from lading import ids
+from lading.db import pool as dbpool
+from lading.db import reporting
+from lading.jobs import states
+from lading_cli import progress
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+
+SERVER_SETTINGS = {"application_name": "lading-cli", "jit": "off"}
+"""JIT compilation of the status queries costs ten times what it saves (their estimates are high,
+their work is small); the name shows these sessions in pg_stat_activity."""
+
+PIPE_WIDTH = 240
+"""Width of tables written to a pipe or a file; at a terminal, its own width."""
+
+_STATE_STYLE = {
+    states.JobState.RUNNING: "cyan",
+    states.JobState.RETRY_SCHEDULED: "yellow",
+    states.JobState.REVIEW_REQUIRED: "magenta",
+    states.JobState.SUCCEEDED: "green",
+    states.JobState.FAILED_TERMINAL: "red",
+    states.JobState.CANCELLED: "dim",
+}
+
+
+# Arguments ------------------------------------------------------------------------------------
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout instead of tables")
+
+
+def _state(value: str) -> states.JobState:
+    try:
+        return states.JobState(value.upper())
+    except ValueError:
+        expected = ", ".join(s.value for s in states.JobState)
+        raise argparse.ArgumentTypeError(f"invalid state {value!r}; expected one of {expected}") from None
+
+
+def _batch(value: str) -> tuple[str, str]:
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"invalid batch {value!r}; expected NAMESPACE/NAME")
+    return namespace, name
+
+
+def _limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= reporting.LIST_LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"invalid limit {value!r}; expected 1 to {reporting.LIST_LIMIT_MAX}")
+    return limit
+
+
+def _job_id(value: str) -> ids.JobId:
+    try:
+        job_id = int(value)
+    except ValueError:
+        job_id = -1
+    if not 0 <= job_id <= _BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"invalid job id {value!r}; expected a non-negative integer")
+    return ids.JobId(job_id)
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", type=_batch, metavar="NAMESPACE/NAME", help="jobs of this ExtractionBatch")
+    parser.add_argument("--tenant", help="jobs of this tenant")
+    parser.add_argument(
+        "--state", type=_state, action="append", default=[], metavar="STATE",
+        help="jobs in this state (repeat for several): " + ", ".join(s.value for s in states.JobState),
+    )  # fmt: skip
+    parser.add_argument("--pool", help="jobs of this InferencePool (NAMESPACE/NAME)")
+    parser.add_argument(
+        "--limit", type=_limit, default=reporting.LIST_LIMIT_DEFAULT,
+        help=f"jobs per page (default {reporting.LIST_LIMIT_DEFAULT}, at most {reporting.LIST_LIMIT_MAX})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--after", type=_job_id, metavar="ID", help="start after this job id (printed at the end of the previous page)"
+    )
+    _add_common(parser)
+
+
+def add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", type=_job_id, metavar="ID", help="the job's id")
+    parser.add_argument(
+        "--show-document", action="store_true", help="also print the document text (it may be confidential)"
+    )
+    _add_common(parser)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+
+
+# Commands -------------------------------------------------------------------------------------
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        return _no_database("jobs list")
+    where = reporting.JobFilter(
+        tenant=None if args.tenant is None else ids.TenantName(args.tenant),
+        states=frozenset(args.state),
+        pool=None if args.pool is None else ids.PoolName(args.pool),
+        batch=args.batch,
+    )
+
+    async def read(conn: asyncpg.Connection) -> reporting.JobPage:
+        return await reporting.list_jobs(conn, where=where, after=args.after, limit=args.limit)
+
+    page = asyncio.run(_read(args.database_url, read))
+    if args.json:
+        _print_json({"jobs": [_summary_json(j) for j in page.jobs], "next_after": page.next_after})
+    else:
+        _print_page(page)
+    return EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shown:
+    job: reporting.JobDetail
+    attempts: list[reporting.Attempt]
+    result: reporting.JobResult | None
+    events: list[reporting.OutboxEvent]
+    document: str | None
+
+
+def show_job(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        return _no_database("jobs show")
+    job_id: ids.JobId = args.job_id
+
+    async def read(conn: asyncpg.Connection) -> _Shown | None:
+        job = await reporting.get_job(conn, job_id=job_id)
+        if job is None:
+            return None
+        return _Shown(
+            job=job,
+            attempts=await reporting.attempts_of(conn, job_id=job_id),
+            result=await reporting.result_of(conn, job_id=job_id),
+            events=await reporting.events_of(conn, job_id=job_id),
+            document=await reporting.document_of(conn, job_id=job_id) if args.show_document else None,
+        )
+
+    shown = asyncio.run(_read(args.database_url, read))
+    if shown is None:
+        print(f"lading jobs show: job {job_id} not found", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if args.json:
+        _print_json(_shown_json(shown, with_document=args.show_document))
+    else:
+        _print_shown(shown, with_document=args.show_document)
+    return EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _Status:
+    pools: list[reporting.PoolStatus]
+    batches: list[reporting.BatchStatus]
+    review: reporting.Backlog
+    outbox: reporting.Backlog
+    stale: int
+
+
+def status(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        return _no_database("status")
+
+    async def read(conn: asyncpg.Connection) -> _Status:
+        return _Status(
+            pools=await reporting.pool_status(conn),
+            batches=await reporting.batches_in_progress(conn),
+            review=await reporting.review_queue(conn),
+            outbox=await reporting.outbox_backlog(conn),
+            stale=await reporting.stale_completions(conn),
+        )
+
+    overview = asyncio.run(_read(args.database_url, read))
+    if args.json:
+        _print_json(_status_json(overview))
+    else:
+        _print_status(overview)
+    return EXIT_OK
+
+
+def _no_database(command: str) -> int:
+    print(f"lading {command}: --database-url or $DATABASE_URL is required", file=sys.stderr)
+    return EXIT_USAGE
+
+
+_T = TypeVar("_T")
+
+
+async def _read(dsn: str, read: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
+    """Run `read(conn)` in one read-only snapshot: every figure it reads is of the same moment."""
+    conn = await asyncpg.connect(dsn, server_settings=SERVER_SETTINGS)
+    try:
+        await dbpool.init_connection(conn)
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            return await read(conn)
+    finally:
+        await conn.close()
+
+
+# JSON -----------------------------------------------------------------------------------------
+
+
+def _rfc3339(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def _summary_json(job: reporting.JobSummary) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "batch": f"{job.batch_namespace}/{job.batch_name}",
+        "document_key": job.document_key,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "last_error_class": job.last_error_class,
+        "updated_at": _rfc3339(job.updated_at),
+        "updated_age_s": _seconds(job.updated_age_s),
+    }
+
+
+def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
+    job = shown.job
+    document: dict[str, Any] = {
+        "job": {
+            "id": job.id,
+            "state": job.state.value,
+            "tenant": job.tenant,
+            "batch": f"{job.batch_namespace}/{job.batch_name}",
+            "batch_id": job.batch_id,
+            "pool": job.pool,
+            "schema": job.schema,
+            "validation_policy": job.validation_policy,
+            "document_key": job.document_key,
+            "priority": job.priority,
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "fence": job.fence,
+            "lease_until": _rfc3339(job.lease_until),
+            "worker_id": job.worker_id,
+            "available_at": _rfc3339(job.available_at),
+            "deadline_at": _rfc3339(job.deadline_at),
+            "created_at": _rfc3339(job.created_at),
+            "updated_at": _rfc3339(job.updated_at),
+            "finished_at": _rfc3339(job.finished_at),
+            "last_error_class": job.last_error_class,
+            "last_error": job.last_error,
+        },
+        "attempts": [
+            {
+                "fence": a.fence,
+                "attempt": a.attempt,
+                "worker_id": a.worker_id,
+                "started_at": _rfc3339(a.started_at),
+                "finished_at": _rfc3339(a.finished_at),
+                "outcome": a.outcome,
+                "error_class": a.error_class,
+                "error": a.error,
+                "tokens_in": a.tokens_in,
+                "tokens_out": a.tokens_out,
+                "latency_ms": a.latency_ms,
+            }
+            for a in shown.attempts
+        ],
+        "result": None if shown.result is None else {
+            "fence": shown.result.fence,
+            "schema": shown.result.schema,
+            "validation_policy": shown.result.validation_policy,
+            "verdict": {
+                "passed": shown.result.passed,
+                "failed_checks": [c.to_json() for c in shown.result.failed_checks],
+            },
+            "extracted": shown.result.result,
+            "created_at": _rfc3339(shown.result.created_at),
+        },
+        "events": [
+            {
+                "id": e.id,
+                "event_id": str(e.event_id),
+                "type": e.type,
+                "created_at": _rfc3339(e.created_at),
+                "published_at": _rfc3339(e.published_at),
+            }
+            for e in shown.events
+        ],
+        "as_of": _rfc3339(job.as_of),
+    }  # fmt: skip
+    if with_document:
+        document["document"] = shown.document
+    return document
+
+
+def _status_json(overview: _Status) -> dict[str, Any]:
+    return {
+        "pools": [
+            {
+                "name": p.name,
+                "paused": p.paused,
+                "backlog": p.backlog,
+                "running": p.running,
+                "oldest_eligible_at": _rfc3339(p.oldest_available_at),
+                "oldest_eligible_age_s": _seconds(p.oldest_age_s),
+            }
+            for p in overview.pools
+        ],
+        "batches_in_progress": [
+            {
+                "namespace": b.namespace,
+                "name": b.name,
+                "tenant": b.tenant,
+                "pool": b.pool,
+                "total": b.total,
+                "counts": {state.value: n for state, n in b.counts.items()},
+                "suspended": b.suspended,
+                "started_at": _rfc3339(b.created_at),
+            }
+            for b in overview.batches
+        ],
+        "review_queue": _backlog_json(overview.review, size="size"),
+        "outbox": _backlog_json(overview.outbox, size="unpublished"),
+        "stale_completions_last_hour": overview.stale,
+    }
+
+
+def _backlog_json(backlog: reporting.Backlog, *, size: str) -> dict[str, Any]:
+    return {
+        size: backlog.size,
+        "oldest_at": _rfc3339(backlog.oldest_at),
+        "oldest_age_s": _seconds(backlog.oldest_age_s),
+    }
+
+
+# Tables ---------------------------------------------------------------------------------------
+
+
+def _console() -> rich.console.Console:
+    # No markup, emoji or highlighting: text from the database is shown exactly as stored. Into a
+    # pipe or a file, rows stay on one line (for grep) unless $COLUMNS says otherwise.
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return rich.console.Console(markup=False, emoji=False, highlight=False, width=PIPE_WIDTH if wide else None)
+
+
+def _text(value: object, style: str = "") -> rich.text.Text:
+    return rich.text.Text("-" if value is None else str(value), style=style)
+
+
+def _state_text(state: states.JobState) -> rich.text.Text:
+    return _text(state.value, _STATE_STYLE.get(state, ""))
+
+
+def _age(seconds: float | None) -> str:
+    """A duration as people read it at a glance: `42s`, `5m 3s`, `2h 5m`, `3d 4h`."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _when(value: dt.datetime | None, as_of: dt.datetime) -> str:
+    if value is None:
+        return "-"
+    delta = (value - as_of).total_seconds()
+    relative = f"in {_age(delta)}" if delta > 0 else f"{_age(-delta)} ago"
+    return f"{_rfc3339(value.replace(microsecond=0))} ({relative})"
+
+
+def _table(
+        title: str | None,
+        columns: Sequence[str],
+        *,
+        right: Sequence[str] = (),
+        whole: Sequence[str] = (),
+) -> rich.table.Table:
+    """A table whose headers never break; cells fold when too long, except in `whole` columns."""
+    # Borderless, like `kubectl get`: more room for the cells on a narrow terminal.
+    table = rich.table.Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False)
+    for column in columns:
+        table.add_column(
+            column,
+            justify="right" if column in right else "left",
+            overflow="fold",
+            no_wrap=column in whole,
+            min_width=max(len(word) for word in column.split()),
+        )
+    return table
+
+
+def _print_page(page: reporting.JobPage) -> None:
+    console = _console()
+    if not page.jobs:
+        console.print("no jobs match")
+        return
+    table = _table(
+        None, ("id", "tenant", "batch", "document", "state", "attempt", "last error", "updated"),
+        right=("id", "attempt", "updated"), whole=("id", "state", "attempt", "updated"),
+    )  # fmt: skip
+    for job in page.jobs:
+        table.add_row(
+            _text(job.id),
+            _text(job.tenant),
+            _text(f"{job.batch_namespace}/{job.batch_name}"),
+            _text(job.document_key),
+            _state_text(job.state),
+            _text(f"{job.attempt}/{job.max_attempts}"),
+            _text(job.last_error_class),
+            _text(f"{_age(job.updated_age_s)} ago"),
+        )
+    console.print(table)
+    if page.next_after is not None:
+        console.print(_text(f"more jobs: --after {page.next_after}", "dim"))
+
+
+def _print_shown(shown: _Shown, *, with_document: bool) -> None:
+    console = _console()
+    job = shown.job
+    grid = rich.table.Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    for label, value in (
+        ("job", _text(job.id)),
+        ("state", _state_text(job.state)),
+        ("tenant", _text(job.tenant)),
+        ("batch", _text(f"{job.batch_namespace}/{job.batch_name} (id {job.batch_id})")),
+        ("pool", _text(job.pool)),
+        ("document key", _text(job.document_key)),
+        ("schema", _text(f"{job.schema}, validated by {job.validation_policy}")),
+        ("attempt", _text(f"{job.attempt}/{job.max_attempts}")),
+        ("fence", _text(job.fence)),
+        ("worker", _text(job.worker_id)),
+        ("lease until", _text(_when(job.lease_until, job.as_of))),
+        ("available at", _text(_when(job.available_at, job.as_of))),
+        ("deadline", _text(_when(job.deadline_at, job.as_of))),
+        ("created", _text(_when(job.created_at, job.as_of))),
+        ("updated", _text(_when(job.updated_at, job.as_of))),
+        ("finished", _text(_when(job.finished_at, job.as_of))),
+        ("last error", _text(_error(job.last_error_class, job.last_error))),
+    ):
+        grid.add_row(label, value)
+    console.print(grid)
+
+    console.print()
+    if shown.attempts:
+        attempts = _table(
+            "Attempts",
+            ("fence", "attempt", "worker", "started", "took", "outcome", "error", "tokens in/out", "latency"),
+            right=("fence", "attempt", "started", "took", "tokens in/out", "latency"),
+            whole=("fence", "attempt", "started", "took", "latency"),
+        )
+        for a in shown.attempts:
+            attempts.add_row(
+                _text(a.fence),
+                _text(a.attempt),
+                _text(a.worker_id),
+                _text(f"{_age((job.as_of - a.started_at).total_seconds())} ago"),
+                _text(None if a.finished_at is None else _age((a.finished_at - a.started_at).total_seconds())),
+                _text(a.outcome if a.finished_at is not None else "(open)"),
+                _text(_error(a.error_class, a.error)),
+                _text(f"{_dash(a.tokens_in)}/{_dash(a.tokens_out)}"),
+                _text(None if a.latency_ms is None else f"{a.latency_ms} ms"),
+            )
+        console.print(attempts)
+    else:
+        console.print(_text("no attempts yet", "dim"))
+
+    console.print()
+    if shown.result is None:
+        console.print(_text("no result", "dim"))
+    else:
+        result = shown.result
+        verdict = {True: "passed", False: "failed", None: "unknown"}[result.passed]
+        console.print(_text(f"Result (fence {result.fence}): {result.validation_policy} {verdict}", "bold"))
+        if result.failed_checks:
+            checks = _table(None, ("check", "field", "message"))
+            for check in result.failed_checks:
+                checks.add_row(_text(check.check), _text(check.field), _text(check.message))
+            console.print(checks)
+        console.print(rich.json.JSON.from_data(result.result, highlight=False))
+
+    console.print()
+    if shown.events:
+        events = _table("Outbox events", ("type", "created", "published"))
+        for e in shown.events:
+            events.add_row(
+                _text(e.type), _text(_when(e.created_at, job.as_of)), _text(_when(e.published_at, job.as_of))
+            )
+        console.print(events)
+    else:
+        console.print(_text("no outbox events", "dim"))
+
+    if with_document:
+        console.print()
+        console.print(_text("Document", "bold"))
+        console.print(_text(shown.document))
+
+
+def _error(error_class: str | None, error: str | None) -> str | None:
+    if error_class is None and error is None:
+        return None
+    return ": ".join(part for part in (error_class, error) if part)
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _print_status(overview: _Status) -> None:
+    console = _console()
+    pools = _table("Pools", ("pool", "paused", "backlog", "running", "oldest waiting"),
+                   right=("backlog", "running", "oldest waiting"), whole=("backlog", "running", "oldest waiting"))
+
+    for p in overview.pools:
+        pools.add_row(
+            _text(p.name),
+            _text("yes" if p.paused else "no", "yellow" if p.paused else ""),
+            _text(p.backlog),
+            _text(p.running),
+            _text(_age(p.oldest_age_s)),
+        )
+    console.print(pools)
+
+    console.print()
+    if overview.batches:
+        title = "Batches in progress"
+        if len(overview.batches) >= reporting.BATCHES_LIMIT:
+            title += f" (the oldest {reporting.BATCHES_LIMIT})"
+        batches = _table(title, ("batch", "tenant", "settled", "jobs by state", "started"),
+                         right=("settled", "started"), whole=("settled", "started"))  # fmt: skip
+        for b in overview.batches:
+            batches.add_row(
+                _text(f"{b.namespace}/{b.name}" + (" (suspended)" if b.suspended else "")),
+                _text(b.tenant),
+                _text(f"{b.settled}/{b.total}"),
+                _text(progress.describe_counts(dict(b.counts))),
+                _text(f"{_age(b.age_s)} ago"),
+            )
+        console.print(batches)
+    else:
+        console.print(_text("no batches in progress", "dim"))
+
+    console.print()
+    console.print(_text(f"review queue:      {overview.review.size} waiting" + _oldest(overview.review)))
+    console.print(_text(f"outbox:            {overview.outbox.size} unpublished" + _oldest(overview.outbox)))
+    console.print(_text(f"stale completions: {overview.stale} in the last hour", "red" if overview.stale else ""))
+
+
+def _oldest(backlog: reporting.Backlog) -> str:
+    return "" if backlog.oldest_age_s is None else f", oldest {_age(backlog.oldest_age_s)}"
