@@ -39,6 +39,10 @@ class ClaimedJob:
     text: str
     claimed_at: dt.datetime
     """Database time of the claim: the executor's notion of "now" derives from it."""
+    previous_error_class: str | None = None
+    """How the previous attempt ended, if it failed."""
+    previous_output_sha256: str | None = None
+    """Digest of the previous attempt's invalid output, to recognise a deterministic failure."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,8 @@ async def claim_batch(
             pool=PoolName(r["pool"]),
             text=r["text"],
             claimed_at=r["claimed_at"],
+            previous_error_class=r["previous_error_class"],
+            previous_output_sha256=r["previous_output_sha256"],
         )
         for r in rows
     ]
@@ -111,7 +117,7 @@ async def finish_many(
     """
     if not finishes:
         return set()
-    columns: list[list[Any]] = [[] for _ in range(12)]
+    columns: list[list[Any]] = [[] for _ in range(13)]
     for f in finishes:
         values = (
             f.job_id,
@@ -126,10 +132,11 @@ async def finish_many(
             f.usage.latency_ms,
             f.result,
             f.validation,
+            f.output_sha256,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    rows = await conn.fetch(queries.sql("job_finish_many"), *columns, worker_id)
+    rows = await conn.fetch(queries.sql("job_finish_many"), *columns[:12], worker_id, columns[12])
     return {JobId(r["id"]) for r in rows}
 
 

@@ -40,6 +40,8 @@ class Finish:
     usage: Usage = NO_USAGE
     result: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
+    output_sha256: str | None = None
+    """Digest of the attempt's invalid output, when there was one."""
 
     def __post_init__(self) -> None:
         if not is_legal(JobState.RUNNING, self.to):
@@ -68,16 +70,21 @@ def needs_review(
         result: dict[str, Any],
         validation: dict[str, Any],
         error_class: str = "VALIDATION_FAILED",
+        outcome: str = "validation-failed",
+        error: str | None = None,
+        output_sha256: str | None = None,
         usage: Usage = NO_USAGE,
 ) -> Finish:
     return Finish(
         job_id,
         fence,
         JobState.REVIEW_REQUIRED,
-        "validation-failed",
+        outcome,
         error_class=error_class,
+        error=error,
         result=result,
         validation=validation,
+        output_sha256=output_sha256,
         usage=usage,
     )
 
@@ -90,6 +97,7 @@ def retry(
         error_class: str,
         error: str,
         retry_in_s: float,
+        output_sha256: str | None = None,
         usage: Usage = NO_USAGE,
 ) -> Finish:
     return Finish(
@@ -100,6 +108,7 @@ def retry(
         error_class=error_class,
         error=error,
         retry_in_s=retry_in_s,
+        output_sha256=output_sha256,
         usage=usage,
     )
 

@@ -23,6 +23,9 @@ class Document:
     key: str
     text: str
     tenant: str
+    previous_error_class: str | None = None
+    """How the job's previous attempt failed, if it did (e.g. OUTPUT_TRUNCATED): a provider may
+    adapt the retry, such as a larger output budget after a truncated answer."""
 
 
 class OutcomeClass(enum.StrEnum):

@@ -192,7 +192,9 @@ class OpenAICompatibleProvider:
             "model": self.model,
             "messages": prompting.messages(text=document.text, schema=schema),
             "temperature": 0,
-            "max_tokens": self.max_output_tokens,
+            # One retry after a truncated answer gets twice the budget; the executor allows
+            # only that one (temperature 0 would truncate again at the same length).
+            "max_tokens": self.max_output_tokens * (2 if document.previous_error_class == OUTPUT_TRUNCATED else 1),
             "response_format": prompting.response_format(schema=schema),
             "stream": False,
         })

@@ -80,3 +80,50 @@ async def test_jobs_run_through_an_openai_compatible_endpoint_with_the_pool_key(
     tokens = await db.fetch("SELECT tokens_in, tokens_out FROM job_attempts")
     assert all(r["tokens_in"] and r["tokens_out"] for r in tokens)
     assert stub.max_concurrent <= 8
+
+
+async def _run_one(db: asyncpg.Connection, dbpool: asyncpg.Pool, stub: model_stub.ModelStub) -> None:
+    await factories.seed(db)
+    await registry.upsert_pool(
+        db, name=PoolName(factories.POOL), provider="openai-compatible", model="qwen",
+        spec={"endpoint": {"url": stub.url}},
+    )  # fmt: skip
+    await accepting.accept_batch(db, factories.batch_request(count=1, max_attempts=5))
+    settings = WorkerSettings(
+        pool=factories.POOL,
+        claimer=ClaimerSettings(concurrency=2, poll_interval_s=0.05),
+        reaper=ReaperSettings(interval_s=0.5),
+        attempt=AttemptSettings(timeout_s=10, backoff_base_s=0.01, backoff_cap_s=0.02),
+    )
+
+    async def in_review() -> bool:
+        return await db.fetchval("SELECT state FROM extraction_jobs") == "REVIEW_REQUIRED"
+
+    async with waiting.running(running.Worker(dbpool, settings=settings).run):
+        await waiting.until(in_review, timeout_s=30)
+
+
+async def test_the_same_malformed_output_twice_goes_to_review_instead_of_burning_the_budget(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    async with model_stub.running(model_stub.completion('{"invoice_number": ')) as stub:
+        await _run_one(db, dbpool, stub)
+    assert len(stub.requests) == 2
+    row = await db.fetchrow("SELECT attempt, last_error_class FROM extraction_jobs")
+    assert row is not None and (row["attempt"], row["last_error_class"]) == (2, "REPEATED_INVALID_OUTPUT")
+    assert await db.fetchval("SELECT result->>'raw_output' FROM results") == '{"invoice_number": '
+
+
+async def test_a_truncated_answer_is_retried_once_with_a_larger_output_budget(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    truncated = iter(['{"invoice_number": "A', '{"invoice_number": "AB'])
+
+    async def reply(stub: model_stub.ModelStub, request: web.Request) -> web.StreamResponse:
+        return web.json_response(model_stub.completion_body(next(truncated), finish_reason="length"))
+
+    async with model_stub.running(reply) as stub:
+        await _run_one(db, dbpool, stub)
+    budgets = [r.body["max_tokens"] for r in stub.requests]
+    assert len(budgets) == 2 and budgets[1] == 2 * budgets[0]
+    assert await db.fetchval("SELECT last_error_class FROM extraction_jobs") == "OUTPUT_TRUNCATED_AGAIN"

@@ -5,9 +5,13 @@ and turn the outcome into exactly one Finish transition.
     OK + every check passes        -> SUCCEEDED        (result + verdict stored)
     OK + a check fails             -> REVIEW_REQUIRED  (never silently "succeeded")
     TERMINAL                       -> FAILED_TERMINAL
-    TRANSIENT / TIMEOUT_AMBIGUOUS /
-    INVALID_OUTPUT                 -> RETRY_SCHEDULED, or FAILED_TERMINAL when the retry
+    TRANSIENT / TIMEOUT_AMBIGUOUS  -> RETRY_SCHEDULED, or FAILED_TERMINAL when the retry
                                       policy says attempts or deadline are exhausted
+    INVALID_OUTPUT                 -> RETRY_SCHEDULED while retrying can help; else
+                                      REVIEW_REQUIRED with the raw output kept: when the
+                                      budget is spent, when the same bad output comes back
+                                      (temperature 0 reproduces it), or when an answer is
+                                      truncated a second time
 
 The executor never touches the database; the committer applies its Finish under the
 fence. "Now" is the database time of the claim plus monotonic time since, so retry
@@ -20,6 +24,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import random
 import time
 from collections.abc import Callable
@@ -32,6 +37,9 @@ from lading.jobs import retry, transitions
 from lading.providers import base
 from lading.settings import AttemptSettings
 from lading.validation import policies
+
+TRUNCATED = "OUTPUT_TRUNCATED"
+"""The error class providers give an answer cut off by the output budget (finish_reason length)."""
 
 
 @dataclasses.dataclass(eq=False)  # identity hash: `_latency_metric` caches per executor
@@ -61,7 +69,13 @@ class Executor:
 
     async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float]:
         """The model call under the attempt timeout; every failure becomes a classified Outcome."""
-        document = base.Document(job_id=job.id, key=job.document_key, text=job.text, tenant=job.tenant)
+        document = base.Document(
+            job_id=job.id,
+            key=job.document_key,
+            text=job.text,
+            tenant=job.tenant,
+            previous_error_class=job.previous_error_class,
+        )
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.settings.timeout_s):
@@ -108,6 +122,12 @@ class Executor:
             return transitions.fail(
                 job.id, job.fence, outcome="terminal", error_class=error_class, error=error, usage=usage
             )
+        output_sha256 = None
+        if outcome.outcome is base.OutcomeClass.INVALID_OUTPUT:
+            output_sha256 = hashlib.sha256((outcome.raw_output or "").encode()).hexdigest()
+            repeated = self._repeated_failure(job, error_class=error_class, output_sha256=output_sha256)
+            if repeated is not None:
+                return self._invalid_output_review(job, outcome, reason=repeated, digest=output_sha256, usage=usage)
         decision = retry.decide(
             attempt=job.attempt,
             now=now,
@@ -124,7 +144,12 @@ class Executor:
                 error_class=error_class,
                 error=error,
                 retry_in_s=max(0.0, (decision.at - now).total_seconds()),
+                output_sha256=output_sha256,
                 usage=usage,
+            )
+        if outcome.outcome is base.OutcomeClass.INVALID_OUTPUT:
+            return self._invalid_output_review(
+                job, outcome, reason=decision.reason, digest=output_sha256, usage=usage
             )
         return transitions.fail(
             job.id,
@@ -132,5 +157,44 @@ class Executor:
             outcome=outcome.outcome.value,
             error_class=decision.reason,
             error=f"{error_class}: {error}",
+            usage=usage,
+        )
+
+    @staticmethod
+    def _repeated_failure(job: jobs.ClaimedJob, *, error_class: str, output_sha256: str) -> str | None:
+        """Why retrying this invalid output is pointless, or None. At temperature 0 a retry
+        reproduces a deterministic failure: the same bad output twice is not tried a third
+        time, and a truncated answer gets one retry (with a larger budget), not more."""
+        if job.previous_output_sha256 == output_sha256:
+            return "REPEATED_INVALID_OUTPUT"
+        if error_class == TRUNCATED and job.previous_error_class == TRUNCATED:
+            return "OUTPUT_TRUNCATED_AGAIN"
+        return None
+
+    @staticmethod
+    def _invalid_output_review(
+            job: jobs.ClaimedJob,
+            outcome: base.Outcome,
+            *,
+            reason: str,
+            digest: str | None,
+            usage: transitions.Usage,
+    ) -> transitions.Finish:
+        """Invalid output that retries will not fix goes to a reviewer with the raw output kept,
+        never to SUCCEEDED and never silently dropped."""
+        check = {
+            "check": "invalid_output",
+            "field": None,
+            "message": f"{outcome.error_class}: {outcome.error or ''}"[:500],
+        }
+        return transitions.needs_review(
+            job.id,
+            job.fence,
+            result={"raw_output": outcome.raw_output or ""},
+            validation={"policy": job.validation_policy, "passed": False, "failed_checks": [check]},
+            error_class=reason,
+            outcome=base.OutcomeClass.INVALID_OUTPUT.value,
+            error=f"{outcome.error_class}: {outcome.error or ''}"[:500],
+            output_sha256=digest,
             usage=usage,
         )

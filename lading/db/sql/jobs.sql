@@ -34,8 +34,15 @@ WITH picked AS (
     INSERT INTO job_attempts (job_id, fence, attempt, worker_id, started_at)
     SELECT id, fence, attempt, $3, clock_timestamp() FROM claimed
 )
-SELECT c.*, d.text, clock_timestamp() AS claimed_at
-  FROM claimed c JOIN job_documents d ON d.job_id = c.id
+SELECT c.*, d.text, clock_timestamp() AS claimed_at, prev.error_class AS previous_error_class,
+       prev.output_sha256 AS previous_output_sha256
+  FROM claimed c
+  JOIN job_documents d ON d.job_id = c.id
+  LEFT JOIN LATERAL (
+       SELECT a.error_class, a.output_sha256 FROM job_attempts a
+        WHERE a.job_id = c.id AND a.fence < c.fence
+        ORDER BY a.fence DESC LIMIT 1
+       ) prev ON true
  ORDER BY c.id;
 
 -- name: job_finish_many
@@ -49,9 +56,9 @@ SELECT c.*, d.text, clock_timestamp() AS claimed_at
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
-                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[])
+                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
-                tokens_in, tokens_out, latency_ms, result, validation)
+                tokens_in, tokens_out, latency_ms, result, validation, output_sha256)
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -76,7 +83,8 @@ WITH input AS (
        SET finished_at = clock_timestamp(),
            outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN i.outcome ELSE 'stale' END,
            error_class = i.error_class, error = i.error,
-           tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms
+           tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms,
+           output_sha256 = i.output_sha256
       FROM input i
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
 ), stored AS (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 
@@ -129,3 +130,43 @@ async def test_a_provider_that_raises_is_a_transient_failure_not_a_crash() -> No
     executor = executing.Executor(provider=provider, settings=AttemptSettings(), rand=lambda: 0.0)
     finish = await executor.run(_job(), claimed_mono=time.monotonic())
     assert (finish.to, finish.error_class) == (JobState.RETRY_SCHEDULED, "ProviderError")
+
+
+def _invalid(error_class: str, raw: str) -> base.Outcome:
+    return base.Outcome.failed(base.OutcomeClass.INVALID_OUTPUT, error_class=error_class, error="bad", raw_output=raw)
+
+
+def test_invalid_output_is_retried_while_it_may_change_and_its_digest_recorded() -> None:
+    finish = _executor().decide(_job(), _invalid("MALFORMED_OUTPUT", "{oops"), now=NOW, latency_ms=5)
+    assert finish.to is JobState.RETRY_SCHEDULED
+    assert finish.output_sha256 is not None and len(finish.output_sha256) == 64
+
+
+def test_the_same_invalid_output_twice_goes_to_review_with_the_raw_output() -> None:
+    first = _executor().decide(_job(), _invalid("MALFORMED_OUTPUT", "{oops"), now=NOW, latency_ms=5)
+    job = dataclasses.replace(_job(attempt=2), previous_error_class="MALFORMED_OUTPUT",
+                              previous_output_sha256=first.output_sha256)
+    finish = _executor().decide(job, _invalid("MALFORMED_OUTPUT", "{oops"), now=NOW, latency_ms=5)
+    assert (finish.to, finish.error_class) == (JobState.REVIEW_REQUIRED, "REPEATED_INVALID_OUTPUT")
+    assert finish.result == {"raw_output": "{oops"}
+    assert finish.validation is not None and finish.validation["passed"] is False
+
+
+def test_a_different_invalid_output_is_retried_again() -> None:
+    job = dataclasses.replace(_job(attempt=2), previous_error_class="MALFORMED_OUTPUT", previous_output_sha256="0" * 64)
+    finish = _executor().decide(job, _invalid("MALFORMED_OUTPUT", "{other"), now=NOW, latency_ms=5)
+    assert finish.to is JobState.RETRY_SCHEDULED
+
+
+def test_a_truncated_answer_gets_one_retry_only() -> None:
+    job = dataclasses.replace(_job(attempt=2), previous_error_class="OUTPUT_TRUNCATED", previous_output_sha256="0" * 64)
+    finish = _executor().decide(job, _invalid("OUTPUT_TRUNCATED", '{"invoice_number": "1'), now=NOW, latency_ms=5)
+    assert (finish.to, finish.error_class) == (JobState.REVIEW_REQUIRED, "OUTPUT_TRUNCATED_AGAIN")
+
+
+def test_invalid_output_on_the_last_attempt_goes_to_review_not_failure() -> None:
+    finish = _executor().decide(
+        _job(attempt=5, max_attempts=5), _invalid("SCHEMA_VIOLATION", '{"x": 1}'), now=NOW, latency_ms=5
+    )
+    assert (finish.to, finish.error_class) == (JobState.REVIEW_REQUIRED, "ATTEMPTS_EXHAUSTED")
+    assert finish.result == {"raw_output": '{"x": 1}'}
