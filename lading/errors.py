@@ -9,7 +9,11 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── IdempotencyConflict     same idempotency key, different canonical request (HTTP 422)
         ├── IllegalTransition       a state change the state machine does not allow
         ├── MigrationError          the database schema is ahead of or diverges from this code
-        └── UnknownPolicy           a validation policy name this code does not know
+        ├── UnknownPolicy           a validation policy name this code does not know
+        ├── applying.AdmissionRejected   a batch was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
+        └── reviewing.JobNotFound, NotAwaitingReview, ReviewInputInvalid (CorrectionInvalid)
+
+Errors that belong to one module's contract are defined there, under these roots.
 """
 
 from __future__ import annotations

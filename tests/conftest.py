@@ -24,7 +24,7 @@ from lading.db import embedded, migrating, pool
 
 LOCAL_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DATA_TABLES = (
-    "stale_completions, outbox_events, results, job_attempts, job_documents, extraction_jobs, "
+    "review_decisions, stale_completions, outbox_events, results, job_attempts, job_documents, extraction_jobs, "
     "batches, endpoints, pools, tenants"
 )
 

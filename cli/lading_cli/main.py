@@ -6,6 +6,7 @@
     worker        run one worker process for one InferencePool
     jobs          list jobs (filters, paging) or show one with every attempt, result and event
     status        one-screen overview: pools, batches in progress, review queue, outbox
+    review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from lading_worker import main as worker_main
 from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import local, reports
+from lading_cli import local, reports, review
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="one-screen overview: pools, batches, review queue, outbox")
     reports.add_status_arguments(status)
     status.set_defaults(handler=reports.status)
+
+    review_parser = commands.add_parser("review", help="list, show, approve, correct or reject jobs awaiting review")
+    review.add_arguments(review_parser)
     return parser
 
 

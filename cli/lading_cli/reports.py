@@ -19,8 +19,6 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
-import json
-import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -35,7 +33,7 @@ from lading import ids
 from lading.db import pool as dbpool
 from lading.db import reporting
 from lading.jobs import states
-from lading_cli import progress
+from lading_cli import common, progress
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -61,11 +59,6 @@ _STATE_STYLE = {
 _BIGINT_MAX = 2**63 - 1
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
-    parser.add_argument("--json", action="store_true", help="print JSON on stdout instead of tables")
-
-
 def _state(value: str) -> states.JobState:
     try:
         return states.JobState(value.upper())
@@ -81,26 +74,6 @@ def _batch(value: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _limit(value: str) -> int:
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= reporting.LIST_LIMIT_MAX:
-        raise argparse.ArgumentTypeError(f"invalid limit {value!r}; expected 1 to {reporting.LIST_LIMIT_MAX}")
-    return limit
-
-
-def _job_id(value: str) -> ids.JobId:
-    try:
-        job_id = int(value)
-    except ValueError:
-        job_id = -1
-    if not 0 <= job_id <= _BIGINT_MAX:
-        raise argparse.ArgumentTypeError(f"invalid job id {value!r}; expected a non-negative integer")
-    return ids.JobId(job_id)
-
-
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=_batch, metavar="NAMESPACE/NAME", help="jobs of this ExtractionBatch")
     parser.add_argument("--tenant", help="jobs of this tenant")
@@ -110,25 +83,26 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--pool", help="jobs of this InferencePool (NAMESPACE/NAME)")
     parser.add_argument(
-        "--limit", type=_limit, default=reporting.LIST_LIMIT_DEFAULT,
+        "--limit", type=common.limit(reporting.LIST_LIMIT_MAX), default=reporting.LIST_LIMIT_DEFAULT,
         help=f"jobs per page (default {reporting.LIST_LIMIT_DEFAULT}, at most {reporting.LIST_LIMIT_MAX})",
     )  # fmt: skip
     parser.add_argument(
-        "--after", type=_job_id, metavar="ID", help="start after this job id (printed at the end of the previous page)"
+        "--after", type=common.job_id, metavar="ID",
+        help="start after this job id (printed at the end of the previous page)",
     )
-    _add_common(parser)
+    common.add_common(parser)
 
 
 def add_show_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_id", type=_job_id, metavar="ID", help="the job's id")
+    parser.add_argument("job_id", type=common.job_id, metavar="ID", help="the job's id")
     parser.add_argument(
         "--show-document", action="store_true", help="also print the document text (it may be confidential)"
     )
-    _add_common(parser)
+    common.add_common(parser)
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_common(parser)
+    common.add_common(parser)
 
 
 # Commands -------------------------------------------------------------------------------------
@@ -149,7 +123,7 @@ def list_jobs(args: argparse.Namespace) -> int:
 
     page = asyncio.run(_read(args.database_url, read))
     if args.json:
-        _print_json({"jobs": [_summary_json(j) for j in page.jobs], "next_after": page.next_after})
+        common.print_json({"jobs": [_summary_json(j) for j in page.jobs], "next_after": page.next_after})
     else:
         _print_page(page)
     return EXIT_OK
@@ -186,7 +160,7 @@ def show_job(args: argparse.Namespace) -> int:
         print(f"lading jobs show: job {job_id} not found", file=sys.stderr)
         return EXIT_NOT_FOUND
     if args.json:
-        _print_json(_shown_json(shown, with_document=args.show_document))
+        common.print_json(_shown_json(shown, with_document=args.show_document))
     else:
         _print_shown(shown, with_document=args.show_document)
     return EXIT_OK
@@ -216,7 +190,7 @@ def status(args: argparse.Namespace) -> int:
 
     overview = asyncio.run(_read(args.database_url, read))
     if args.json:
-        _print_json(_status_json(overview))
+        common.print_json(_status_json(overview))
     else:
         _print_status(overview)
     return EXIT_OK
@@ -244,16 +218,8 @@ async def _read(dsn: str, read: Callable[[asyncpg.Connection], Awaitable[_T]]) -
 # JSON -----------------------------------------------------------------------------------------
 
 
-def _rfc3339(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
 def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def _print_json(document: dict[str, Any]) -> None:
-    print(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 def _summary_json(job: reporting.JobSummary) -> dict[str, Any]:
@@ -266,7 +232,7 @@ def _summary_json(job: reporting.JobSummary) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "last_error_class": job.last_error_class,
-        "updated_at": _rfc3339(job.updated_at),
+        "updated_at": common.rfc3339(job.updated_at),
         "updated_age_s": _seconds(job.updated_age_s),
     }
 
@@ -288,13 +254,13 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
             "attempt": job.attempt,
             "max_attempts": job.max_attempts,
             "fence": job.fence,
-            "lease_until": _rfc3339(job.lease_until),
+            "lease_until": common.rfc3339(job.lease_until),
             "worker_id": job.worker_id,
-            "available_at": _rfc3339(job.available_at),
-            "deadline_at": _rfc3339(job.deadline_at),
-            "created_at": _rfc3339(job.created_at),
-            "updated_at": _rfc3339(job.updated_at),
-            "finished_at": _rfc3339(job.finished_at),
+            "available_at": common.rfc3339(job.available_at),
+            "deadline_at": common.rfc3339(job.deadline_at),
+            "created_at": common.rfc3339(job.created_at),
+            "updated_at": common.rfc3339(job.updated_at),
+            "finished_at": common.rfc3339(job.finished_at),
             "last_error_class": job.last_error_class,
             "last_error": job.last_error,
         },
@@ -303,8 +269,8 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
                 "fence": a.fence,
                 "attempt": a.attempt,
                 "worker_id": a.worker_id,
-                "started_at": _rfc3339(a.started_at),
-                "finished_at": _rfc3339(a.finished_at),
+                "started_at": common.rfc3339(a.started_at),
+                "finished_at": common.rfc3339(a.finished_at),
                 "outcome": a.outcome,
                 "error_class": a.error_class,
                 "error": a.error,
@@ -323,19 +289,19 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
                 "failed_checks": [c.to_json() for c in shown.result.failed_checks],
             },
             "extracted": shown.result.result,
-            "created_at": _rfc3339(shown.result.created_at),
+            "created_at": common.rfc3339(shown.result.created_at),
         },
         "events": [
             {
                 "id": e.id,
                 "event_id": str(e.event_id),
                 "type": e.type,
-                "created_at": _rfc3339(e.created_at),
-                "published_at": _rfc3339(e.published_at),
+                "created_at": common.rfc3339(e.created_at),
+                "published_at": common.rfc3339(e.published_at),
             }
             for e in shown.events
         ],
-        "as_of": _rfc3339(job.as_of),
+        "as_of": common.rfc3339(job.as_of),
     }  # fmt: skip
     if with_document:
         document["document"] = shown.document
@@ -350,7 +316,7 @@ def _status_json(overview: _Status) -> dict[str, Any]:
                 "paused": p.paused,
                 "backlog": p.backlog,
                 "running": p.running,
-                "oldest_eligible_at": _rfc3339(p.oldest_available_at),
+                "oldest_eligible_at": common.rfc3339(p.oldest_available_at),
                 "oldest_eligible_age_s": _seconds(p.oldest_age_s),
             }
             for p in overview.pools
@@ -364,7 +330,7 @@ def _status_json(overview: _Status) -> dict[str, Any]:
                 "total": b.total,
                 "counts": {state.value: n for state, n in b.counts.items()},
                 "suspended": b.suspended,
-                "started_at": _rfc3339(b.created_at),
+                "started_at": common.rfc3339(b.created_at),
             }
             for b in overview.batches
         ],
@@ -377,7 +343,7 @@ def _status_json(overview: _Status) -> dict[str, Any]:
 def _backlog_json(backlog: reporting.Backlog, *, size: str) -> dict[str, Any]:
     return {
         size: backlog.size,
-        "oldest_at": _rfc3339(backlog.oldest_at),
+        "oldest_at": common.rfc3339(backlog.oldest_at),
         "oldest_age_s": _seconds(backlog.oldest_age_s),
     }
 
@@ -385,41 +351,16 @@ def _backlog_json(backlog: reporting.Backlog, *, size: str) -> dict[str, Any]:
 # Tables ---------------------------------------------------------------------------------------
 
 
-def _console() -> rich.console.Console:
-    # No markup, emoji or highlighting: text from the database is shown exactly as stored. Into a
-    # pipe or a file, rows stay on one line (for grep) unless $COLUMNS says otherwise.
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return rich.console.Console(markup=False, emoji=False, highlight=False, width=PIPE_WIDTH if wide else None)
-
-
-def _text(value: object, style: str = "") -> rich.text.Text:
-    return rich.text.Text("-" if value is None else str(value), style=style)
-
-
 def _state_text(state: states.JobState) -> rich.text.Text:
-    return _text(state.value, _STATE_STYLE.get(state, ""))
-
-
-def _age(seconds: float | None) -> str:
-    """A duration as people read it at a glance: `42s`, `5m 3s`, `2h 5m`, `3d 4h`."""
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    return common.text(state.value, _STATE_STYLE.get(state, ""))
 
 
 def _when(value: dt.datetime | None, as_of: dt.datetime) -> str:
     if value is None:
         return "-"
     delta = (value - as_of).total_seconds()
-    relative = f"in {_age(delta)}" if delta > 0 else f"{_age(-delta)} ago"
-    return f"{_rfc3339(value.replace(microsecond=0))} ({relative})"
+    relative = f"in {common.age(delta)}" if delta > 0 else f"{common.age(-delta)} ago"
+    return f"{common.rfc3339(value.replace(microsecond=0))} ({relative})"
 
 
 def _table(
@@ -444,7 +385,7 @@ def _table(
 
 
 def _print_page(page: reporting.JobPage) -> None:
-    console = _console()
+    console = common.console()
     if not page.jobs:
         console.print("no jobs match")
         return
@@ -454,44 +395,44 @@ def _print_page(page: reporting.JobPage) -> None:
     )  # fmt: skip
     for job in page.jobs:
         table.add_row(
-            _text(job.id),
-            _text(job.tenant),
-            _text(f"{job.batch_namespace}/{job.batch_name}"),
-            _text(job.document_key),
+            common.text(job.id),
+            common.text(job.tenant),
+            common.text(f"{job.batch_namespace}/{job.batch_name}"),
+            common.text(job.document_key),
             _state_text(job.state),
-            _text(f"{job.attempt}/{job.max_attempts}"),
-            _text(job.last_error_class),
-            _text(f"{_age(job.updated_age_s)} ago"),
+            common.text(f"{job.attempt}/{job.max_attempts}"),
+            common.text(job.last_error_class),
+            common.text(f"{common.age(job.updated_age_s)} ago"),
         )
     console.print(table)
     if page.next_after is not None:
-        console.print(_text(f"more jobs: --after {page.next_after}", "dim"))
+        console.print(common.text(f"more jobs: --after {page.next_after}", "dim"))
 
 
 def _print_shown(shown: _Shown, *, with_document: bool) -> None:
-    console = _console()
+    console = common.console()
     job = shown.job
     grid = rich.table.Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for label, value in (
-        ("job", _text(job.id)),
+        ("job", common.text(job.id)),
         ("state", _state_text(job.state)),
-        ("tenant", _text(job.tenant)),
-        ("batch", _text(f"{job.batch_namespace}/{job.batch_name} (id {job.batch_id})")),
-        ("pool", _text(job.pool)),
-        ("document key", _text(job.document_key)),
-        ("schema", _text(f"{job.schema}, validated by {job.validation_policy}")),
-        ("attempt", _text(f"{job.attempt}/{job.max_attempts}")),
-        ("fence", _text(job.fence)),
-        ("worker", _text(job.worker_id)),
-        ("lease until", _text(_when(job.lease_until, job.as_of))),
-        ("available at", _text(_when(job.available_at, job.as_of))),
-        ("deadline", _text(_when(job.deadline_at, job.as_of))),
-        ("created", _text(_when(job.created_at, job.as_of))),
-        ("updated", _text(_when(job.updated_at, job.as_of))),
-        ("finished", _text(_when(job.finished_at, job.as_of))),
-        ("last error", _text(_error(job.last_error_class, job.last_error))),
+        ("tenant", common.text(job.tenant)),
+        ("batch", common.text(f"{job.batch_namespace}/{job.batch_name} (id {job.batch_id})")),
+        ("pool", common.text(job.pool)),
+        ("document key", common.text(job.document_key)),
+        ("schema", common.text(f"{job.schema}, validated by {job.validation_policy}")),
+        ("attempt", common.text(f"{job.attempt}/{job.max_attempts}")),
+        ("fence", common.text(job.fence)),
+        ("worker", common.text(job.worker_id)),
+        ("lease until", common.text(_when(job.lease_until, job.as_of))),
+        ("available at", common.text(_when(job.available_at, job.as_of))),
+        ("deadline", common.text(_when(job.deadline_at, job.as_of))),
+        ("created", common.text(_when(job.created_at, job.as_of))),
+        ("updated", common.text(_when(job.updated_at, job.as_of))),
+        ("finished", common.text(_when(job.finished_at, job.as_of))),
+        ("last error", common.text(_error(job.last_error_class, job.last_error))),
     ):
         grid.add_row(label, value)
     console.print(grid)
@@ -506,31 +447,33 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
         )
         for a in shown.attempts:
             attempts.add_row(
-                _text(a.fence),
-                _text(a.attempt),
-                _text(a.worker_id),
-                _text(f"{_age((job.as_of - a.started_at).total_seconds())} ago"),
-                _text(None if a.finished_at is None else _age((a.finished_at - a.started_at).total_seconds())),
-                _text(a.outcome if a.finished_at is not None else "(open)"),
-                _text(_error(a.error_class, a.error)),
-                _text(f"{_dash(a.tokens_in)}/{_dash(a.tokens_out)}"),
-                _text(None if a.latency_ms is None else f"{a.latency_ms} ms"),
+                common.text(a.fence),
+                common.text(a.attempt),
+                common.text(a.worker_id),
+                common.text(f"{common.age((job.as_of - a.started_at).total_seconds())} ago"),
+                common.text(
+                    None if a.finished_at is None else common.age((a.finished_at - a.started_at).total_seconds())
+                ),
+                common.text(a.outcome if a.finished_at is not None else "(open)"),
+                common.text(_error(a.error_class, a.error)),
+                common.text(f"{_dash(a.tokens_in)}/{_dash(a.tokens_out)}"),
+                common.text(None if a.latency_ms is None else f"{a.latency_ms} ms"),
             )
         console.print(attempts)
     else:
-        console.print(_text("no attempts yet", "dim"))
+        console.print(common.text("no attempts yet", "dim"))
 
     console.print()
     if shown.result is None:
-        console.print(_text("no result", "dim"))
+        console.print(common.text("no result", "dim"))
     else:
         result = shown.result
         verdict = {True: "passed", False: "failed", None: "unknown"}[result.passed]
-        console.print(_text(f"Result (fence {result.fence}): {result.validation_policy} {verdict}", "bold"))
+        console.print(common.text(f"Result (fence {result.fence}): {result.validation_policy} {verdict}", "bold"))
         if result.failed_checks:
             checks = _table(None, ("check", "field", "message"))
             for check in result.failed_checks:
-                checks.add_row(_text(check.check), _text(check.field), _text(check.message))
+                checks.add_row(common.text(check.check), common.text(check.field), common.text(check.message))
             console.print(checks)
         console.print(rich.json.JSON.from_data(result.result, highlight=False))
 
@@ -539,16 +482,18 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
         events = _table("Outbox events", ("type", "created", "published"))
         for e in shown.events:
             events.add_row(
-                _text(e.type), _text(_when(e.created_at, job.as_of)), _text(_when(e.published_at, job.as_of))
+                common.text(e.type),
+                common.text(_when(e.created_at, job.as_of)),
+                common.text(_when(e.published_at, job.as_of)),
             )
         console.print(events)
     else:
-        console.print(_text("no outbox events", "dim"))
+        console.print(common.text("no outbox events", "dim"))
 
     if with_document:
         console.print()
-        console.print(_text("Document", "bold"))
-        console.print(_text(shown.document))
+        console.print(common.text("Document", "bold"))
+        console.print(common.text(shown.document))
 
 
 def _error(error_class: str | None, error: str | None) -> str | None:
@@ -562,17 +507,17 @@ def _dash(value: int | None) -> str:
 
 
 def _print_status(overview: _Status) -> None:
-    console = _console()
+    console = common.console()
     pools = _table("Pools", ("pool", "paused", "backlog", "running", "oldest waiting"),
                    right=("backlog", "running", "oldest waiting"), whole=("backlog", "running", "oldest waiting"))
 
     for p in overview.pools:
         pools.add_row(
-            _text(p.name),
-            _text("yes" if p.paused else "no", "yellow" if p.paused else ""),
-            _text(p.backlog),
-            _text(p.running),
-            _text(_age(p.oldest_age_s)),
+            common.text(p.name),
+            common.text("yes" if p.paused else "no", "yellow" if p.paused else ""),
+            common.text(p.backlog),
+            common.text(p.running),
+            common.text(common.age(p.oldest_age_s)),
         )
     console.print(pools)
 
@@ -585,21 +530,21 @@ def _print_status(overview: _Status) -> None:
                          right=("settled", "started"), whole=("settled", "started"))  # fmt: skip
         for b in overview.batches:
             batches.add_row(
-                _text(f"{b.namespace}/{b.name}" + (" (suspended)" if b.suspended else "")),
-                _text(b.tenant),
-                _text(f"{b.settled}/{b.total}"),
-                _text(progress.describe_counts(dict(b.counts))),
-                _text(f"{_age(b.age_s)} ago"),
+                common.text(f"{b.namespace}/{b.name}" + (" (suspended)" if b.suspended else "")),
+                common.text(b.tenant),
+                common.text(f"{b.settled}/{b.total}"),
+                common.text(progress.describe_counts(dict(b.counts))),
+                common.text(f"{common.age(b.age_s)} ago"),
             )
         console.print(batches)
     else:
-        console.print(_text("no batches in progress", "dim"))
+        console.print(common.text("no batches in progress", "dim"))
 
     console.print()
-    console.print(_text(f"review queue:      {overview.review.size} waiting" + _oldest(overview.review)))
-    console.print(_text(f"outbox:            {overview.outbox.size} unpublished" + _oldest(overview.outbox)))
-    console.print(_text(f"stale completions: {overview.stale} in the last hour", "red" if overview.stale else ""))
+    console.print(common.text(f"review queue:      {overview.review.size} waiting" + _oldest(overview.review)))
+    console.print(common.text(f"outbox:            {overview.outbox.size} unpublished" + _oldest(overview.outbox)))
+    console.print(common.text(f"stale completions: {overview.stale} in the last hour", "red" if overview.stale else ""))
 
 
 def _oldest(backlog: reporting.Backlog) -> str:
-    return "" if backlog.oldest_age_s is None else f", oldest {_age(backlog.oldest_age_s)}"
+    return "" if backlog.oldest_age_s is None else f", oldest {common.age(backlog.oldest_age_s)}"

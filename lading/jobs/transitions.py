@@ -11,8 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from lading import errors
 from lading.ids import Fence, JobId
 from lading.jobs.states import JobState, is_legal
+
+
+FINISHING = frozenset(
+    {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL}
+)
+"""Where an attempt can end (cancellation is not an attempt's outcome: it comes from outside)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +51,8 @@ class Finish:
     """Digest of the attempt's invalid output, when there was one."""
 
     def __post_init__(self) -> None:
-        if not is_legal(JobState.RUNNING, self.to):
-            raise ValueError(f"an attempt cannot finish in {self.to.value}")
+        if self.to not in FINISHING or not is_legal(JobState.RUNNING, self.to):
+            raise errors.IllegalTransition(f"an attempt cannot finish in {self.to.value}")
 
 
 

@@ -204,10 +204,12 @@ RETURNING id;
 
 -- name: job_review_decide
 -- REVIEW_REQUIRED -> SUCCEEDED (approved) | FAILED_TERMINAL (rejected), by a reviewer.
+-- $3, the reviewer's note, becomes the error of a rejected job; an approved one has none.
+-- (Who decided and why is in review_decisions: lading/reviewing.py writes both at once.)
 UPDATE extraction_jobs
    SET state = $2, finished_at = clock_timestamp(), updated_at = clock_timestamp(),
        last_error_class = CASE WHEN $2 = 'FAILED_TERMINAL' THEN 'REJECTED_BY_REVIEWER' END,
-       last_error = $3
+       last_error = CASE WHEN $2 = 'FAILED_TERMINAL' THEN $3 END
  WHERE id = $1 AND state = 'REVIEW_REQUIRED' AND $2 IN ('SUCCEEDED', 'FAILED_TERMINAL')
 RETURNING id;
 
