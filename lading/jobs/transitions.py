@@ -15,7 +15,6 @@ from lading import errors
 from lading.ids import Fence, JobId
 from lading.jobs.states import JobState, is_legal
 
-
 FINISHING = frozenset(
     {JobState.SUCCEEDED, JobState.REVIEW_REQUIRED, JobState.RETRY_SCHEDULED, JobState.FAILED_TERMINAL}
 )
