@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 import yaml
 
-from tests.support import processes
+from tests.support import model_stub, processes
 
 ROOT = processes.ROOT
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -124,3 +124,33 @@ async def test_a_run_that_cannot_finish_in_time_exits_non_zero(
     assert done.returncode == 1
     assert "not settled within 2 s" in done.stderr
     assert json.loads(done.stdout)["batches"][0]["settled"] is False
+
+
+async def test_a_pool_on_an_openai_compatible_endpoint_runs_with_the_key_from_its_secret(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    [pool] = [d for d in documents if d["kind"] == "InferencePool"]
+    [batch] = [d for d in documents if d["kind"] == "ExtractionBatch"]
+    batch["spec"]["documents"] = batch["spec"]["documents"][:10]
+    async with model_stub.running(model_stub.extracting()) as stub:
+        pool["spec"] = {
+            "provider": "openai-compatible",
+            "model": "qwen",
+            "endpoint": {"url": stub.url, "apiKeySecretRef": {"name": "model-key", "key": "apiKey"}},
+        }
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "model-key", "namespace": pool["metadata"]["namespace"]},
+            "stringData": {"apiKey": "sk-from-secret"},
+        }
+        manifest = tmp_path / "openai.yaml"
+        manifest.write_text(yaml.safe_dump_all([*documents, secret]))
+        done = await asyncio.to_thread(_lading, "run", str(manifest), "--database-url", database_url, "--json")
+    assert done.returncode == 0, done.stderr
+    [summary] = json.loads(done.stdout)["batches"]
+    assert summary["settled"] and summary["total"] == 10
+    assert len(stub.requests) >= 10
+    assert {r.headers["Authorization"] for r in stub.requests} == {"Bearer sk-from-secret"}
+    assert "sk-from-secret" not in done.stdout + done.stderr

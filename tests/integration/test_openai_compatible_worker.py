@@ -5,9 +5,6 @@ that reads the document out of the prompt and answers like a model that extracts
 
 from __future__ import annotations
 
-import json
-import re
-
 import asyncpg
 from aiohttp import web
 from lading_worker import running
@@ -15,35 +12,16 @@ from lading_worker import running
 from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
-from lading.providers import builtin
 from lading.samples import generator
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from tests.support import factories, model_stub, waiting
-
-DOCUMENT = re.compile(r"^<document-([0-9a-f]+)>\n(.*)\n</document-\1>$", re.DOTALL | re.MULTILINE)
-
-
-def extracting_model() -> model_stub.Reply:
-    """Answers with what the built-in extractor reads from the delimited document."""
-
-    async def reply(stub: model_stub.ModelStub, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        match = DOCUMENT.search(user)
-        assert match is not None, "the document is delimited in the user message"
-        outcome = builtin.extract_text(match[2])
-        content = json.dumps(outcome.result) if outcome.result is not None else "{}"
-        return web.json_response(model_stub.completion_body(content, prompt_tokens=len(user) // 4,
-                                                            completion_tokens=len(content) // 4))
-
-    return reply
 
 
 async def test_jobs_run_through_an_openai_compatible_endpoint_with_the_pool_key(
         db: asyncpg.Connection, dbpool: asyncpg.Pool
 ) -> None:
     samples = [s for s in generator.generate(40, seed=11) if s.expected_state != "FAILED_TERMINAL"][:20]
-    async with model_stub.running(extracting_model()) as stub:
+    async with model_stub.running(model_stub.extracting()) as stub:
         await factories.seed(db)
         await registry.upsert_pool(
             db,

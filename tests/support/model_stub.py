@@ -24,12 +24,15 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import multidict
 from aiohttp import web
+
+from lading.providers import builtin
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_MAX_BYTES = 16 * 1024 * 1024
@@ -339,5 +342,28 @@ def huge(size: int, *, declare_length: bool) -> Reply:
                 await response.write(piece)
                 sent += len(piece)
         return response
+
+    return reply
+
+
+# ---------------------------------------------------------------------------------------------
+# replies: a model that reads the document
+# ---------------------------------------------------------------------------------------------
+
+DOCUMENT = re.compile(r"^<document-([0-9a-f]+)>\n(.*)\n</document-\1>$", re.DOTALL | re.MULTILINE)
+
+
+def extracting() -> Reply:
+    """Answers with what the built-in extractor reads from the delimited document."""
+
+    async def reply(stub: ModelStub, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        match = DOCUMENT.search(user)
+        assert match is not None, "the document is delimited in the user message"
+        outcome = builtin.extract_text(match[2])
+        content = json.dumps(outcome.result) if outcome.result is not None else "{}"
+        usage = {"prompt_tokens": len(user) // 4, "completion_tokens": len(content) // 4}
+        return web.json_response(completion_body(content, **usage))
 
     return reply
