@@ -231,10 +231,21 @@ async def approve(
         reviewer: str,
         reason: str,
 ) -> ReviewDecision:
-    """REVIEW_REQUIRED -> SUCCEEDED with the stored result, in one transaction with its audit row."""
+    """REVIEW_REQUIRED -> SUCCEEDED with the stored result, in one transaction with its audit row.
+
+    Only a result that is a valid `invoice.v1` document can be approved: a job that came to
+    review because the model's output was unusable (its raw output is kept) needs `correct`."""
     sign_off = SignOff.of(reviewer=reviewer, reason=reason)
     async with conn.transaction():
         await _leave_review(conn, job_id=job_id, approve=True, note=sign_off.reason)
+        stored = await conn.fetchval(queries.sql("result_get_for_approval"), job_id)
+        try:
+            invoice.Invoice.model_validate(stored)
+        except pydantic.ValidationError:
+            raise ReviewInputInvalid(
+                f"job {job_id} has no valid {invoice.SCHEMA_NAME} result to approve (the model's output was "
+                "unusable; its raw output is kept); supply one with `lading review correct`; nothing was changed"
+            ) from None
         return await _record(conn, job_id=job_id, decision=Decision.APPROVED, sign_off=sign_off)
 
 

@@ -359,3 +359,18 @@ async def test_show_returns_the_job_its_result_with_the_failed_checks_and_the_de
         await reviewing.show(db, job_id=ids.JobId(987654))
     async with db.transaction(isolation="repeatable_read", readonly=True):  # the caller's snapshot is used
         assert (await reviewing.show(db, job_id=job_id)).decisions == (decision,)
+
+
+async def test_a_job_whose_model_output_was_unusable_cannot_be_approved_only_corrected(
+        db: asyncpg.Connection,
+) -> None:
+    [job_id] = await _awaiting_review(db)
+    await db.execute(
+        "UPDATE results SET result = $2 WHERE job_id = $1", job_id, {"raw_output": '{"invoice_number": '}
+    )
+    before = await _snapshot(db)
+    with pytest.raises(reviewing.ReviewInputInvalid, match="lading review correct"):
+        await reviewing.approve(db, job_id=job_id, reviewer="ada", reason="looks fine")
+    assert await _snapshot(db) == before
+    decision = await reviewing.correct(db, job_id=job_id, reviewer="ada", reason="typed in", corrected=CORRECT)
+    assert decision.state is states.JobState.SUCCEEDED

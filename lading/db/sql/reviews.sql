@@ -61,3 +61,7 @@ SELECT id, job_id, decision, reviewer, reason, decided_at, previous_result, prev
   FROM review_decisions
  WHERE job_id = $1
  ORDER BY id;
+
+-- name: result_get_for_approval
+-- The stored result an approval would deliver.
+SELECT result FROM results WHERE job_id = $1;
