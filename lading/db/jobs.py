@@ -117,7 +117,7 @@ async def finish_many(
     """
     if not finishes:
         return set()
-    columns: list[list[Any]] = [[] for _ in range(13)]
+    columns: list[list[Any]] = [[] for _ in range(14)]
     for f in finishes:
         values = (
             f.job_id,
@@ -133,10 +133,11 @@ async def finish_many(
             f.result,
             f.validation,
             f.output_sha256,
+            f.give_back_attempt,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    rows = await conn.fetch(queries.sql("job_finish_many"), *columns[:12], worker_id, columns[12])
+    rows = await conn.fetch(queries.sql("job_finish_many"), *columns[:12], worker_id, *columns[12:])
     return {JobId(r["id"]) for r in rows}
 
 

@@ -81,3 +81,8 @@ async def tenant_max_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName
 
 async def batch_exists(conn: asyncpg.Connection, *, tenant: TenantName, idempotency_key: str) -> bool:
     return bool(await conn.fetchval(queries.sql("batch_exists"), tenant, idempotency_key))
+
+
+async def pause_pool(conn: asyncpg.Connection, *, name: PoolName, seconds: float, reason: str) -> None:
+    """Stop claims for `name` for `seconds` (a longer pause already in force stays)."""
+    await conn.execute(queries.sql("pool_pause"), name, seconds, reason)

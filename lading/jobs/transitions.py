@@ -48,6 +48,11 @@ class Finish:
     validation: dict[str, Any] | None = None
     output_sha256: str | None = None
     """Digest of the attempt's invalid output, when there was one."""
+    give_back_attempt: bool = False
+    """The endpoint could not serve this attempt at all (key refused, quota spent): a retry does
+    not count it against the job's budget."""
+    pause_pool_s: float | None = None
+    """Pause the job's pool this long after committing: its endpoint cannot serve anyone now."""
 
     def __post_init__(self) -> None:
         if self.to not in FINISHING or not is_legal(JobState.RUNNING, self.to):
@@ -104,6 +109,7 @@ def retry(
         error: str,
         retry_in_s: float,
         output_sha256: str | None = None,
+        pause_pool_s: float | None = None,
         usage: Usage = NO_USAGE,
 ) -> Finish:
     return Finish(
@@ -115,6 +121,8 @@ def retry(
         error=error,
         retry_in_s=retry_in_s,
         output_sha256=output_sha256,
+        give_back_attempt=pause_pool_s is not None,
+        pause_pool_s=pause_pool_s,
         usage=usage,
     )
 

@@ -48,6 +48,9 @@ class Outcome:
     tokens_out: int | None = None
     retry_after_s: float | None = None
     raw_output: str | None = None
+    pauses_pool: bool = False
+    """The endpoint cannot serve anyone now (key refused, quota or billing): the pool pauses for
+    `retry_after_s` and the attempt is given back instead of counting against the job."""
 
     @classmethod
     def ok(cls, result: dict[str, Any], *, tokens_in: int | None = None, tokens_out: int | None = None) -> Outcome:

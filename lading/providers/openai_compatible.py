@@ -433,12 +433,12 @@ def _error_outcome(status: int, headers: Mapping[str, str], body: bytes, *, mode
     detail = f"HTTP {status}" + (f" ({', '.join(identifiers)})" if identifiers else "")
     retry_after_s = _retry_after(headers)
     if status == 402 or (status in (400, 401, 403, 429) and _mentions(words, _QUOTA_WORDS)):
-        return _failed(
+        return dataclasses.replace(_failed(
             base.OutcomeClass.TRANSIENT,
             error_class=QUOTA_EXHAUSTED,
             error=f"{detail}: the account's quota or billing limit is reached",
             retry_after_s=QUOTA_RETRY_AFTER_S if retry_after_s is None else retry_after_s,
-        )
+        ), pauses_pool=True)
     if status == 429:
         return _failed(
             base.OutcomeClass.TRANSIENT,
@@ -447,12 +447,12 @@ def _error_outcome(status: int, headers: Mapping[str, str], body: bytes, *, mode
             retry_after_s=retry_after_s,
         )
     if status in (401, 403):
-        return _failed(
+        return dataclasses.replace(_failed(
             base.OutcomeClass.TRANSIENT,
             error_class=AUTH_FAILED,
             error=f"{detail}: the API key was refused (check the pool's apiKeySecretRef)",
             retry_after_s=AUTH_RETRY_AFTER_S if retry_after_s is None else retry_after_s,
-        )
+        ), pauses_pool=True)
     if status == 413 or (status in (400, 422) and _mentions(words, _CONTEXT_WORDS)):
         return _failed(
             base.OutcomeClass.TERMINAL,

@@ -105,3 +105,52 @@ async def test_a_truncated_answer_is_retried_once_with_a_larger_output_budget(
     budgets = [r.body["max_tokens"] for r in stub.requests]
     assert len(budgets) == 2 and budgets[1] == 2 * budgets[0]
     assert await db.fetchval("SELECT last_error_class FROM extraction_jobs") == "OUTPUT_TRUNCATED_AGAIN"
+
+
+async def test_a_refused_key_pauses_the_pool_without_spending_the_jobs_attempts(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    samples = [s for s in generator.generate(20, seed=5) if s.expected_state == "SUCCEEDED"][:5]
+    async with model_stub.running(model_stub.status(401, headers={"Retry-After": "600"})) as stub:
+        await factories.seed(db)
+        await registry.upsert_pool(
+            db, name=PoolName(factories.POOL), provider="openai-compatible", model="qwen",
+            spec={"endpoint": {"url": stub.url}},
+        )  # fmt: skip
+        request = factories.batch_request(count=0, max_attempts=1)
+        documents = [accepting.DocumentInput(key=s.key, text=s.text) for s in samples]
+        await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
+        settings = WorkerSettings(
+            pool=factories.POOL,
+            claimer=ClaimerSettings(concurrency=1, batch_size=1, poll_interval_s=0.05),
+            reaper=ReaperSettings(interval_s=0.5),
+            attempt=AttemptSettings(timeout_s=10),
+        )
+
+        async def paused() -> bool:
+            return bool(await db.fetchval("SELECT paused_until > clock_timestamp() FROM pools"))
+
+        async with waiting.running(running.Worker(dbpool, settings=settings).run):
+            await waiting.until(paused, timeout_s=30)
+            # Paused: the claimer leaves the pool alone, however often it polls.
+            assert await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'READY'") == 4
+        assert len(stub.requests) == 1
+        refused = await db.fetchrow(
+            "SELECT attempt, state, last_error_class FROM extraction_jobs WHERE state <> 'READY'"
+        )
+        assert refused is not None
+        assert (refused["attempt"], refused["state"], refused["last_error_class"]) == (
+            0, "RETRY_SCHEDULED", "AUTH_FAILED"
+        )  # its one attempt was given back
+
+        # The key is fixed and the pause lifted: every job, the refused one too, runs on its budget of 1.
+        stub.reply = model_stub.extracting()
+        await db.execute("UPDATE pools SET paused_until = NULL, paused_reason = NULL")
+        await db.execute("UPDATE extraction_jobs SET available_at = clock_timestamp()")
+
+        async def all_succeeded() -> bool:
+            return await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'SUCCEEDED'") == 5
+
+        async with waiting.running(running.Worker(dbpool, settings=settings, api_key="fixed").run):
+            await waiting.until(all_succeeded, timeout_s=30)
+    assert await db.fetchval("SELECT max(attempt) FROM extraction_jobs") == 1

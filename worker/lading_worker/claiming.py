@@ -60,6 +60,9 @@ class Claimer:
         self._lease = lease
         self.work_available = asyncio.Event()
         self._queue: collections.deque[inflight.Attempt] = collections.deque()
+        self._paused_until_mono = 0.0
+        """Set when an attempt found the pool's endpoint refusing everyone: claim nothing until
+        then, without waiting for the database pause to be committed."""
         self._claimed_metric = metrics.JOBS_CLAIMED.labels(pool)
         self._in_flight_metric = metrics.IN_FLIGHT.labels(pool)
 
@@ -71,7 +74,7 @@ class Claimer:
 
     async def run_once(self) -> ClaimResult:
         capacity = self._capacity
-        if capacity <= 0:
+        if capacity <= 0 or inflight.InFlight.now() < self._paused_until_mono:
             return ClaimResult()
         async with self._db.acquire() as conn:
             claimed = await jobs.claim_batch(
@@ -111,6 +114,8 @@ class Claimer:
             finish = await self._executor.run(
                 attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._model_done(attempt)
             )
+            if finish.pause_pool_s is not None:
+                self._paused_until_mono = max(self._paused_until_mono, inflight.InFlight.now() + finish.pause_pool_s)
             await self._committer.submit(finish)
         except asyncio.CancelledError:
             logger.info("Attempt %s/%s cancelled; nothing committed", attempt.job.id, attempt.job.fence)

@@ -18,7 +18,7 @@ import asyncpg
 import prometheus_client
 
 from lading import metrics
-from lading.db import jobs
+from lading.db import jobs, registry
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
@@ -67,6 +67,15 @@ class Committer:
             return CommitResult()
         async with self._db.acquire() as conn:
             applied = await jobs.finish_many(conn, [f for f, _ in batch], worker_id=self._worker_id)
+            pauses = [f for f, _ in batch if f.pause_pool_s is not None and f.job_id in applied]
+            if pauses:
+                longest = max(pauses, key=lambda f: f.pause_pool_s or 0.0)
+                await registry.pause_pool(
+                    conn, name=self._pool, seconds=longest.pause_pool_s or 0.0, reason=longest.error_class or ""
+                )
+                logger.warning(
+                    "Pool %s paused for %.0f s: %s", self._pool, longest.pause_pool_s, longest.error_class
+                )
         del self._pending[: len(batch)]
         metrics.COMMIT_BATCH.observe(len(batch))
         stale = 0

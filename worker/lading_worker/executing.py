@@ -38,6 +38,9 @@ from lading.providers import base
 from lading.settings import AttemptSettings
 from lading.validation import policies
 
+POOL_PAUSE_DEFAULT_S = 60.0
+"""How long a pool pauses when its endpoint refuses everyone and says nothing about when to come back."""
+
 TRUNCATED = "OUTPUT_TRUNCATED"
 """The error class providers give an answer cut off by the output budget (finish_reason length)."""
 
@@ -122,6 +125,8 @@ class Executor:
             return transitions.fail(
                 job.id, job.fence, outcome="terminal", error_class=error_class, error=error, usage=usage
             )
+        if outcome.pauses_pool:
+            return self._pool_unavailable(job, outcome, now=now, usage=usage)
         output_sha256 = None
         if outcome.outcome is base.OutcomeClass.INVALID_OUTPUT:
             output_sha256 = hashlib.sha256((outcome.raw_output or "").encode()).hexdigest()
@@ -157,6 +162,41 @@ class Executor:
             outcome=outcome.outcome.value,
             error_class=decision.reason,
             error=f"{error_class}: {error}",
+            usage=usage,
+        )
+
+    def _pool_unavailable(
+            self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, usage: transitions.Usage
+    ) -> transitions.Finish:
+        """The endpoint refuses everyone (key, quota): pause the pool and give the attempt back,
+        so that jobs wait for the platform team instead of burning their budgets."""
+        pause_s = outcome.retry_after_s if outcome.retry_after_s is not None else POOL_PAUSE_DEFAULT_S
+        error_class = outcome.error_class or "POOL_UNAVAILABLE"
+        decision = retry.decide(
+            attempt=job.attempt,
+            now=now,
+            deadline_at=job.deadline_at,
+            settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts + 1),  # this one is given back
+            retry_after_s=pause_s,
+            rand=self.rand,
+        )
+        if decision.retry and decision.at is not None:
+            return transitions.retry(
+                job.id,
+                job.fence,
+                outcome=outcome.outcome.value,
+                error_class=error_class,
+                error=outcome.error or "",
+                retry_in_s=max(0.0, (decision.at - now).total_seconds()),
+                pause_pool_s=pause_s,
+                usage=usage,
+            )
+        return transitions.fail(
+            job.id,
+            job.fence,
+            outcome=outcome.outcome.value,
+            error_class=decision.reason,
+            error=f"{error_class}: {outcome.error or ''}",
             usage=usage,
         )
 

@@ -19,6 +19,8 @@ WITH picked AS (
        AND available_at <= clock_timestamp()
        AND deadline_at > clock_timestamp()
        AND attempt < max_attempts
+       AND NOT EXISTS (SELECT 1 FROM pools p
+                        WHERE p.name = $1 AND (p.paused OR p.paused_until > clock_timestamp()))
      ORDER BY priority, available_at, id
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -56,12 +58,14 @@ SELECT c.*, d.text, clock_timestamp() AS claimed_at, prev.error_class AS previou
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
-                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[])
+                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[], $15::bool[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
-                tokens_in, tokens_out, latency_ms, result, validation, output_sha256)
+                tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back)
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
+           -- An attempt the endpoint could not serve at all (key refused, quota spent) is given back.
+           attempt = j.attempt - CASE WHEN i.give_back AND i.to_state = 'RETRY_SCHEDULED' THEN 1 ELSE 0 END,
            lease_until = NULL,
            worker_id = NULL,
            available_at = CASE WHEN i.to_state = 'RETRY_SCHEDULED'

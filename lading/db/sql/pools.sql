@@ -11,3 +11,11 @@ SELECT name, provider, model, spec, paused FROM pools WHERE name = $1;
 -- name: endpoint_upsert
 INSERT INTO endpoints (name, url, spec) VALUES ($1, $2, $3)
 ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, spec = EXCLUDED.spec, updated_at = clock_timestamp();
+
+-- name: pool_pause
+-- Pause pool $1 for $2 seconds (never shortening a longer pause) with reason $3.
+UPDATE pools
+   SET paused_until = greatest(coalesce(paused_until, clock_timestamp()), clock_timestamp() + make_interval(secs => $2)),
+       paused_reason = $3, updated_at = clock_timestamp()
+ WHERE name = $1
+RETURNING paused_until;

@@ -93,7 +93,8 @@ WITH running AS (
 )
 SELECT p.name, p.paused, q.backlog, coalesce(r.n, 0)::bigint AS running, q.oldest_available_at,
        extract(epoch FROM now() - q.oldest_available_at)::float8 AS oldest_age_s
-  FROM (SELECT name, paused FROM pools ORDER BY name LIMIT $1) p
+  FROM (SELECT name, paused OR coalesce(paused_until > now(), false) AS paused  -- by spec, or for a refused key/quota
+          FROM pools ORDER BY name LIMIT $1) p
  CROSS JOIN LATERAL (
        SELECT count(*)::bigint AS backlog, min(available_at) AS oldest_available_at
          FROM extraction_jobs
