@@ -34,6 +34,16 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON on stdout instead of tables")
 
 
+def add_paging(parser: argparse.ArgumentParser, *, default: int, maximum: int) -> None:
+    """`--limit` and `--after`: keyset paging by job id."""
+    parser.add_argument(
+        "--limit", type=limit(maximum), default=default, help=f"jobs per page (default {default}, at most {maximum})"
+    )
+    parser.add_argument(
+        "--after", type=job_id, metavar="ID", help="start after this job id (printed at the end of the previous page)"
+    )
+
+
 def job_id(value: str) -> ids.JobId:
     """argparse type: a job id, with a clear error for anything else."""
     try:

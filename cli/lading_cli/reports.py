@@ -82,14 +82,7 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> None:
         help="jobs in this state (repeat for several): " + ", ".join(s.value for s in states.JobState),
     )  # fmt: skip
     parser.add_argument("--pool", help="jobs of this InferencePool (NAMESPACE/NAME)")
-    parser.add_argument(
-        "--limit", type=common.limit(reporting.LIST_LIMIT_MAX), default=reporting.LIST_LIMIT_DEFAULT,
-        help=f"jobs per page (default {reporting.LIST_LIMIT_DEFAULT}, at most {reporting.LIST_LIMIT_MAX})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--after", type=common.job_id, metavar="ID",
-        help="start after this job id (printed at the end of the previous page)",
-    )
+    common.add_paging(parser, default=reporting.LIST_LIMIT_DEFAULT, maximum=reporting.LIST_LIMIT_MAX)
     common.add_common(parser)
 
 

@@ -56,14 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     listing = commands.add_parser("list", help="jobs waiting for a reviewer, oldest id first, paged")
     listing.add_argument("--tenant", help="jobs of this tenant")
-    listing.add_argument(
-        "--limit", type=common.limit(reviewing.QUEUE_LIMIT_MAX), default=reviewing.QUEUE_LIMIT_DEFAULT,
-        help=f"jobs per page (default {reviewing.QUEUE_LIMIT_DEFAULT}, at most {reviewing.QUEUE_LIMIT_MAX})",
-    )  # fmt: skip
-    listing.add_argument(
-        "--after", type=common.job_id, metavar="ID",
-        help="start after this job id (printed at the end of the previous page)",
-    )
+    common.add_paging(listing, default=reviewing.QUEUE_LIMIT_DEFAULT, maximum=reviewing.QUEUE_LIMIT_MAX)
     common.add_common(listing)
     listing.set_defaults(handler=list_queue)
 
