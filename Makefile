@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+HELM := $(VENV)/tools/helm
+export LADING_HELM := $(abspath $(HELM))
 
 .PHONY: run test lint typecheck imports unit bench crds clean
 
@@ -13,6 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+$(HELM): hack/install_helm.py | $(STAMP)
+	$(BIN)/python hack/install_helm.py $(HELM)
 
 run: $(STAMP)
 	$(BIN)/lading run examples/quickstart.yaml
@@ -26,7 +31,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-test: lint typecheck imports
+test: lint typecheck imports $(HELM)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: $(STAMP)
