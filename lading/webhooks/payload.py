@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import pydantic
 
-COMPLETED_V1 = "extraction.completed.v1"
+COMPLETED_V1: Literal["extraction.completed.v1"] = "extraction.completed.v1"
 
 ValidationOutcome = Literal["passed", "approved", "corrected"]
 
