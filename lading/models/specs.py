@@ -110,10 +110,14 @@ VLLM_IMAGE_DEFAULT = "vllm/vllm-openai:v0.8.5"
 GPU_MEMORY_UTILIZATION_DEFAULT = 0.9
 """vLLM's own default."""
 
-INLINE_DOCUMENTS_MAX = 5000
+INLINE_DOCUMENTS_MAX = 1000
 """Above this, use manifestUri: the whole ExtractionBatch object must fit in etcd (~1.5 MiB)."""
-INLINE_TEXT_MAX_BYTES = 1024 * 1024
-"""One document's OCR text, UTF-8 encoded."""
+INLINE_TEXT_MAX_BYTES = 64 * 1024
+"""One document's OCR text, UTF-8 encoded: a long invoice is ~20 KiB; larger documents go by manifestUri."""
+INLINE_TOTAL_TEXT_MAX_BYTES = 512 * 1024
+"""All inline texts of one batch together. The per-item bounds alone would allow 64 MiB; this keeps
+an ExtractionBatch (texts, keys, JSON escaping, status) far below etcd's 1.5 MiB object limit.
+The CRD restates it as a CEL rule on the sum of text lengths (in characters: CEL has no cheap byte count)."""
 
 # --- Reusable constrained types.
 
@@ -622,7 +626,7 @@ class InlineDocument(_Spec):
     text: str = pydantic.Field(
         min_length=1,
         max_length=INLINE_TEXT_MAX_BYTES,
-        description="The document's text (e.g. OCR output), at most 1 MiB in UTF-8.",
+        description="The document's text (e.g. OCR output), at most 64 KiB in UTF-8.",
     )
 
     @pydantic.field_validator("key")
@@ -677,8 +681,8 @@ class ExtractionBatchSpec(_Spec):
         default=None,
         min_length=1,
         max_length=INLINE_DOCUMENTS_MAX,
-        description="Documents given inline, for small batches (at most 5000). Exactly one of "
-        "documents and manifestUri is set.",
+        description="Documents given inline, for small batches (at most 1000, 512 KiB of text in all). "
+        "Exactly one of documents and manifestUri is set.",
     )
     manifest_uri: str | None = pydantic.Field(
         default=None,
@@ -704,6 +708,12 @@ class ExtractionBatchSpec(_Spec):
         ]
         if duplicates:
             raise ValueError(f"duplicate document key {'; '.join(duplicates)}")
+        total = sum(len(document.text.encode("utf-8")) for document in value)
+        if total > INLINE_TOTAL_TEXT_MAX_BYTES:
+            raise ValueError(
+                f"inline documents hold {total} bytes of text in UTF-8, more than {INLINE_TOTAL_TEXT_MAX_BYTES}; "
+                "use manifestUri for large batches"
+            )
         return value
 
     @pydantic.field_validator("manifest_uri")
