@@ -41,3 +41,102 @@ COMMIT_BATCH = prom.Histogram(
     "Completions committed per group-commit statement",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250),
 )
+
+# Database gauges: refreshed by the one elected process (lading/gauges.py); absent elsewhere.
+LabelledGauge = prom.Gauge
+JOBS_BY_STATE = prom.Gauge(
+    "lading_jobs", "Non-terminal jobs by pool, tenant and state (from the database)", ["pool", "tenant", "state"]
+)
+OLDEST_ELIGIBLE_AGE = prom.Gauge(
+    "lading_oldest_eligible_age_seconds",
+    "Age of the oldest job that could run now, per pool: the autoscaling signal (from the database)",
+    ["pool"],
+)
+REVIEW_QUEUE_SIZE = prom.Gauge("lading_review_queue_size", "Jobs awaiting a reviewer (from the database)")
+REVIEW_QUEUE_OLDEST_AGE = prom.Gauge(
+    "lading_review_queue_oldest_age_seconds", "How long the oldest job awaiting review has waited (from the database)"
+)
+OUTBOX_UNPUBLISHED = prom.Gauge("lading_outbox_unpublished", "Outbox events not yet published (from the database)")
+OUTBOX_BACKLOG_OLDEST_AGE = prom.Gauge(
+    "lading_outbox_backlog_oldest_age_seconds",
+    "Age of the oldest unpublished outbox event (from the database, whichever relay runs)",
+)
+GAUGE_REFRESHES = prom.Counter(
+    "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
+)
+
+# Events: the outbox relay and the broker ingress inbox (lading/events/).
+OUTBOX_OLDEST_UNPUBLISHED_AGE = prom.Gauge(
+    "lading_outbox_oldest_unpublished_age_seconds",
+    "Age of the oldest outbox event not yet confirmed by the broker (0 when none), measured by the relay",
+)
+OUTBOX_PUBLISHES = prom.Counter(
+    "lading_outbox_publishes_total",
+    "Outbox events published, by broker answer: confirmed, nacked, returned (unroutable), unconfirmed (no answer)",
+    ["result"],
+)
+OUTBOX_MARKED = prom.Counter(
+    "lading_outbox_marked_published_total", "Confirmed outbox events marked published by this relay"
+)
+BROKER_RECONNECTS = prom.Counter(
+    "lading_broker_reconnects_total", "Broker connections lost and rebuilt, by loop", ["loop"]
+)
+INBOX_MESSAGES = prom.Counter(
+    "lading_inbox_messages_total",
+    "Broker messages handled by the ingress consumer, by outcome: recorded, duplicate, quarantined, rejected",
+    ["outcome"],
+)
+
+# Deliveries to ERP webhooks (lading/delivery/). `endpoint` is a registered DeliveryEndpoint
+# (namespace/name): bounded by what the platform team registers.
+DELIVERY_ATTEMPTS = prom.Counter(
+    "lading_delivery_attempts_total",
+    "Delivery attempts by endpoint and outcome: delivered, retry, failed, unknown, stale",
+    ["endpoint", "outcome"],
+)
+DELIVERIES_FINISHED = prom.Counter(
+    "lading_deliveries_total",
+    "Deliveries that reached a settled state, by endpoint and state (DELIVERED, FAILED_TERMINAL, UNKNOWN_EXTERNAL)",
+    ["endpoint", "state"],
+)
+DELIVERIES_UNKNOWN_EXTERNAL = prom.Gauge(
+    "lading_deliveries_unknown_external",
+    "Deliveries whose outcome is unknown and wait for reconciliation (`lading deliveries`), per endpoint",
+    ["endpoint"],
+)
+DELIVERIES_WAITING_FOR_SECRET = prom.Gauge(
+    "lading_deliveries_waiting_for_secret",
+    "Due deliveries held back because their endpoint has no signing secret in this dispatcher (alarm when > 0)",
+    ["endpoint"],
+)
+DELIVERY_BREAKER_STATE = prom.Gauge(
+    "lading_delivery_breaker_state",
+    "Circuit breaker of an endpoint, shared by all dispatchers: 0 closed, 1 half-open, 2 open",
+    ["endpoint"],
+)
+DELIVERY_AUTH_FAILING = prom.Gauge(
+    "lading_delivery_endpoint_auth_failing",
+    "1 while an endpoint answers 401/403 repeatedly (its AuthFailing condition): alarm",
+    ["endpoint"],
+)
+DELIVERY_EGRESS_REFUSED = prom.Counter(
+    "lading_delivery_egress_refused_total",
+    "Attempts refused before connecting because the endpoint's address is not allowed (SSRF policy)",
+    ["endpoint"],
+)
+DELIVERY_STALE = prom.Counter(
+    "lading_delivery_stale_results_total",
+    "Attempt outcomes discarded because the dispatcher no longer owned the delivery (fence or lease)",
+)
+DELIVERY_LATENCY = prom.Histogram(
+    "lading_delivery_latency_seconds",
+    "One delivery attempt, from sending the request to the receiver's answer (or failure)",
+    ["endpoint"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20),
+)
+DELIVERY_END_TO_END = prom.Histogram(
+    "lading_delivery_end_to_end_seconds",
+    "From the job's success (the delivery row) to the receiver's 2xx",
+    ["endpoint"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600),
+)

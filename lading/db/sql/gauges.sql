@@ -1,0 +1,31 @@
+-- Queries of the elected gauge refresher (lading/gauges.py). Each is cheap on a large table:
+-- it reads only non-terminal jobs through the partial indexes of migrations 0001/0002.
+
+-- name: gauge_jobs_by_state
+-- Non-terminal jobs by pool, tenant and state. Terminal states are not counted here: they grow
+-- without bound and a count over them would cost a scan of history every interval; the
+-- attempts-finished counters and `lading jobs list` cover them.
+SELECT pool, tenant, state, count(*)::bigint AS n
+  FROM extraction_jobs
+ WHERE state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING', 'REVIEW_REQUIRED')
+ GROUP BY pool, tenant, state;
+
+-- name: gauge_oldest_eligible
+-- Per pool: age of the oldest job that could run now (the autoscaling signal).
+SELECT pool, extract(epoch FROM now() - min(available_at))::float8 AS age_s
+  FROM extraction_jobs
+ WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()
+ GROUP BY pool;
+
+-- name: gauge_review_queue
+-- Jobs awaiting a reviewer, and how long the oldest has waited.
+SELECT count(*)::bigint AS size, coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS oldest_age_s
+  FROM extraction_jobs
+ WHERE state = 'REVIEW_REQUIRED';
+
+-- name: gauge_outbox_backlog
+-- Events not yet published, and the age of the oldest (from the unpublished index).
+SELECT count(*)::bigint AS unpublished,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_s
+  FROM outbox_events
+ WHERE published_at IS NULL;

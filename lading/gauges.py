@@ -1,0 +1,128 @@
+"""
+Gauges read from PostgreSQL, refreshed by ONE elected process.
+
+Counts of jobs by state, the oldest eligible job's age per pool, the review queue and the
+outbox backlog are facts about the database, not about a process. If every worker replica
+exported them, Prometheus would hold N copies (and `sum()` would multiply them) while the
+database paid N times for the same queries. So every process runs a `GaugeRefresher`, but only
+the one holding a session-level advisory lock refreshes; the others export nothing for these
+gauges and retry the election each interval. The lock lives on a dedicated connection: when
+that process dies or loses its connection, PostgreSQL releases the lock and another replica
+takes over within one interval.
+
+Label values come from the database but are bounded: pools, tenants (registered through CRs)
+and the closed set of states. Series of pools or tenants that disappeared are removed at each
+refresh, so nothing stale lingers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+
+import asyncpg
+
+from lading import metrics
+from lading.db import pool as dbpool
+from lading.db import queries
+
+logger = logging.getLogger(__name__)
+
+ELECTION_LOCK_KEY = 0x6C6164696E67  # "lading": the advisory lock key of the gauge election
+
+
+@dataclasses.dataclass(frozen=True)
+class GaugeSettings:
+    interval_s: float = 15.0
+    """Refresh period: Prometheus scrapes every 15-30 s, so fresher values would not be seen."""
+
+
+class GaugeRefresher:
+    """Runs the election and the refresh loop for one process; `leader` tells whether it is elected."""
+
+    def __init__(self, database_url: str, *, settings: GaugeSettings | None = None) -> None:
+        self._url = database_url
+        self.settings = settings or GaugeSettings()
+        self._conn: asyncpg.Connection | None = None
+        self.leader = False
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    await self.run_once()
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    logger.warning("Gauge refresh failed: %s", exc)
+                    await self._resign()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+        finally:
+            await self._resign()
+
+    async def run_once(self) -> bool:
+        """Try to be (or stay) the leader; refresh the gauges if so. Returns whether it refreshed."""
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await dbpool.connect(self._url)
+            self.leader = False
+        if not self.leader:
+            self.leader = bool(await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", ELECTION_LOCK_KEY))
+            if self.leader:
+                logger.info("Elected to refresh database gauges")
+        if not self.leader:
+            _clear()
+            return False
+        await refresh(self._conn)
+        return True
+
+    async def _resign(self) -> None:
+        self.leader = False
+        _clear()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()  # closing the session releases the advisory lock
+            self._conn = None
+
+
+async def refresh(conn: asyncpg.Connection) -> None:
+    """Read every database gauge in one repeatable-read snapshot and publish the values."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        by_state = await conn.fetch(queries.sql("gauge_jobs_by_state"))
+        oldest = await conn.fetch(queries.sql("gauge_oldest_eligible"))
+        review = await conn.fetchrow(queries.sql("gauge_review_queue"))
+        outbox = await conn.fetchrow(queries.sql("gauge_outbox_backlog"))
+    _replace(metrics.JOBS_BY_STATE, {(r["pool"], r["tenant"], r["state"]): float(r["n"]) for r in by_state})
+    _replace(metrics.OLDEST_ELIGIBLE_AGE, {(r["pool"],): float(r["age_s"]) for r in oldest})
+    assert review is not None and outbox is not None  # aggregates without GROUP BY: always one row
+    metrics.REVIEW_QUEUE_SIZE.set(review["size"])
+    metrics.REVIEW_QUEUE_OLDEST_AGE.set(review["oldest_age_s"])
+    metrics.OUTBOX_UNPUBLISHED.set(outbox["unpublished"])
+    metrics.OUTBOX_BACKLOG_OLDEST_AGE.set(outbox["oldest_age_s"])
+    metrics.GAUGE_REFRESHES.inc()
+
+
+_published: dict[int, set[tuple[str, ...]]] = {}
+"""Label sets this process has set, per gauge, so that vanished series can be removed."""
+
+
+def _replace(gauge: metrics.LabelledGauge, values: dict[tuple[str, ...], float]) -> None:
+    """Set the given series and remove the ones no longer present (a drained pool reads as absent)."""
+    name = id(gauge)
+    previous = _published.get(name, set())
+    for labels in previous - set(values):
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    _published[name] = set(values)
+
+
+def _clear() -> None:
+    """A process that is not the leader exports none of the database gauges."""
+    metrics.JOBS_BY_STATE.clear()
+    metrics.OLDEST_ELIGIBLE_AGE.clear()
+    _published.clear()
+    for gauge in (metrics.REVIEW_QUEUE_SIZE, metrics.REVIEW_QUEUE_OLDEST_AGE, metrics.OUTBOX_UNPUBLISHED,
+                  metrics.OUTBOX_BACKLOG_OLDEST_AGE):
+        gauge.set(0)

@@ -1,0 +1,62 @@
+"""The database gauges: one elected refresher across processes, values that match the database."""
+
+import asyncpg
+import pytest
+
+from lading import accepting, gauges, metrics
+from lading.db import jobs
+from lading.ids import WorkerId
+from tests.support import factories
+
+
+def sample(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels or None)
+
+
+@pytest.fixture(autouse=True)
+def clean_gauges() -> None:
+    gauges._clear()
+
+
+async def test_only_one_refresher_is_elected(db: asyncpg.Connection, database_url: str) -> None:
+    first = gauges.GaugeRefresher(database_url)
+    second = gauges.GaugeRefresher(database_url)
+    try:
+        assert await first.run_once() is True
+        assert await second.run_once() is False
+        assert (first.leader, second.leader) == (True, False)
+        # The leader goes away (its session ends): the other takes over at its next round.
+        await first._resign()
+        assert await second.run_once() is True
+    finally:
+        await first._resign()
+        await second._resign()
+
+
+async def test_values_follow_the_database(db: asyncpg.Connection, database_url: str) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=5))
+    refresher = gauges.GaugeRefresher(database_url)
+    try:
+        assert await refresher.run_once()
+        pool, tenant = factories.POOL, factories.TENANT
+        assert sample("lading_jobs", pool=pool, tenant=tenant, state="READY") == 5
+        assert sample("lading_oldest_eligible_age_seconds", pool=pool) is not None
+
+        claimed = await jobs.claim_batch(db, pool=pool, worker_id=WorkerId("w"), limit=2, lease_ttl_s=30)
+        assert len(claimed) == 2
+        await refresher.run_once()
+        assert sample("lading_jobs", pool=pool, tenant=tenant, state="READY") == 3
+        assert sample("lading_jobs", pool=pool, tenant=tenant, state="RUNNING") == 2
+
+        await db.execute("UPDATE extraction_jobs SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL, "
+                         "finished_at = now()")
+        await refresher.run_once()
+        # Drained: the series are gone, not stuck at their last value.
+        assert sample("lading_jobs", pool=pool, tenant=tenant, state="READY") is None
+        assert sample("lading_oldest_eligible_age_seconds", pool=pool) is None
+        assert sample("lading_outbox_unpublished") is not None and sample("lading_outbox_unpublished") > 0
+    finally:
+        await refresher._resign()
+    # A process that is not the leader exports no values.
+    assert sample("lading_jobs", pool=factories.POOL, tenant=factories.TENANT, state="READY") is None
