@@ -37,6 +37,9 @@ test: lint typecheck imports $(HELM)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
+crds: $(STAMP)
+	$(BIN)/lading crds --output-dir crds --output-dir charts/lading/crds
+
 bench: $(STAMP)
 	$(BIN)/python hack/bench.py
 

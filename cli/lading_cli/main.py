@@ -7,6 +7,7 @@
     jobs          list jobs (filters, paging) or show one with every attempt, result and event
     status        one-screen overview: pools, batches in progress, review queue, outbox
     review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
+    crds          write the CustomResourceDefinitions generated from the models (--check: verify)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from lading_worker import main as worker_main
 from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import local, reports, review
+from lading_cli import crds, local, reports, review
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -78,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     review_parser = commands.add_parser("review", help="list, show, approve, correct or reject jobs awaiting review")
     review.add_arguments(review_parser)
+
+    crds_parser = commands.add_parser("crds", help="write (or --check) the CRD YAML generated from the models")
+    crds.add_arguments(crds_parser)
+    crds_parser.set_defaults(handler=crds.run)
     return parser
 
 
