@@ -8,6 +8,7 @@
     status        one-screen overview: pools, batches in progress, review queue, outbox
     review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
     crds          write the CustomResourceDefinitions generated from the models (--check: verify)
+    receiver      the reference ERP webhook receiver (verifies, dedups, books invoices)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from lading_worker import main as worker_main
 from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import crds, local, reports, review
+from lading_cli import crds, local, receiver, reports, review
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -83,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     crds_parser = commands.add_parser("crds", help="write (or --check) the CRD YAML generated from the models")
     crds.add_arguments(crds_parser)
     crds_parser.set_defaults(handler=crds.run)
+
+    receiver_parser = commands.add_parser("receiver", help="run the reference ERP webhook receiver")
+    receiver.add_arguments(receiver_parser)
+    receiver_parser.set_defaults(handler=receiver.run)
     return parser
 
 

@@ -1,0 +1,173 @@
+"""
+The receiver's HTTP face (aiohttp):
+
+    POST /webhooks/lading           a delivery (Standard Webhooks headers, JSON body)
+    GET  /webhooks/lading/healthz   liveness: 200 while the event loop answers (not tied to the
+                                    database, so an outage never gets a healthy receiver killed)
+    GET  /webhooks/lading/readyz    readiness: 200 when the database answers and no receiver
+                                    migration is pending, else 503 with the reason
+    GET  /metrics                   Prometheus text format (metrics.ReceiverMetrics)
+
+A POST is checked cheapest first, and nothing is read past the first failure:
+
+    Content-Length > limit       413 too-large         (before reading a byte of the body)
+    Content-Type not JSON        415 unsupported-media-type
+    body grows past the limit    413 too-large         (chunked bodies, while reading)
+    signature / timestamp        401 <signing reason>  (constant time; tolerance both ways)
+    JSON / envelope / schema     400 bad-json | bad-schema | unsupported-event | unsupported-schema
+    same id, different body      409 delivery-conflict (alarm metric; the first body stands)
+    database unavailable         503 database-unavailable + Retry-After (the sender retries)
+    committed                    200 {"status": "accepted" | "duplicate", "reference": "..."}
+
+Bodies and secrets are never logged: a log line names the delivery id, the reason and digests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any
+
+import aiohttp.web
+import asyncpg
+import orjson
+import prometheus_client
+import pydantic
+
+from lading import failpoints
+from lading.db import migrating
+from lading.webhooks import payload, signing
+from lading_webhook_receiver import adapters, inbox, metrics, settings
+
+logger = logging.getLogger(__name__)
+
+MIGRATIONS = migrating.MigrationSet(
+    package="lading_webhook_receiver", table="lading_receiver.schema_migrations", lock_key=0x1AD1_0002
+)
+"""The receiver's own migrations, bookkept apart from Lading's (it may share a database with it)."""
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,  # includes a connection that died under us
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.OperatorInterventionError,  # shutdown, cannot connect now
+    asyncpg.exceptions.TransactionRollbackError,  # serialization failure, deadlock: try again
+)
+"""Errors after which nothing is known to be committed: 503, the sender retries, the inbox dedups."""
+
+_JSON_TYPES = ("application/json",)
+
+
+class Receiver:
+    """The handlers, bound to a pool, the keys, an adapter and the metrics."""
+
+    def __init__(
+            self,
+            *,
+            pool: asyncpg.Pool,
+            keys: tuple[signing.SigningKey, ...],
+            adapter: adapters.ErpAdapter[Any],
+            config: settings.ReceiverSettings,
+            observe: metrics.ReceiverMetrics,
+    ) -> None:
+        self.pool = pool
+        self.keys = keys
+        self.adapter = adapter
+        self.config = config
+        self.metrics = observe
+
+    def _refuse(self, status: int, reason: str, message: str, **headers: str) -> aiohttp.web.Response:
+        self.metrics.reject(reason)
+        return aiohttp.web.json_response({"error": reason, "message": message}, status=status, headers=headers)
+
+    async def deliver(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._refuse(413, "too-large", f"body is larger than {limit} bytes")
+        if request.content_type not in _JSON_TYPES:
+            return self._refuse(415, "unsupported-media-type", "Content-Type must be application/json")
+        try:
+            body = await request.read()  # the Application's client_max_size bounds this
+        except aiohttp.web.HTTPRequestEntityTooLarge:
+            return self._refuse(413, "too-large", f"body is larger than {limit} bytes")
+        try:
+            delivery_id = signing.verify(self.keys, request.headers, body, tolerance_s=self.config.tolerance_s)
+        except signing.VerificationError as exc:
+            logger.info("Refused a delivery: %s", exc.reason)
+            return self._refuse(401, exc.reason, str(exc))
+
+        try:
+            envelope = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return self._refuse(400, "bad-json", "body is not valid JSON")
+        if not isinstance(envelope, dict):
+            return self._refuse(400, "bad-schema", "body must be a JSON object")
+        if envelope.get("type") != payload.COMPLETED_V1:
+            return self._refuse(400, "unsupported-event", f"type must be {payload.COMPLETED_V1!r}")
+        try:
+            event = payload.CompletedEvent.model_validate(envelope)
+            operation = self.adapter.prepare(event)
+        except pydantic.ValidationError as exc:
+            return self._refuse(400, "bad-schema", adapters.describe(exc))
+        except adapters.PayloadRejected as exc:
+            return self._refuse(400, exc.reason, str(exc))
+
+        sha256 = hashlib.sha256(body).digest()
+        try:
+            answer = await inbox.receive(
+                self.pool,
+                delivery_id=delivery_id,
+                sha256=sha256,
+                event=event,
+                adapter=self.adapter,
+                operation=operation,
+                timeout_s=self.config.database_timeout_s,
+                observe=self.metrics,
+            )
+        except inbox.DeliveryConflict as exc:
+            self.metrics.conflicts.inc()
+            logger.error("ALARM: %s", exc)
+            return self._refuse(409, "delivery-conflict", str(exc))
+        except _UNAVAILABLE as exc:
+            logger.warning("Delivery %r not recorded, database unavailable: %s", delivery_id, type(exc).__name__)
+            return self._refuse(
+                503, "database-unavailable", "the receiver's database is unavailable; retry later",
+                **{"Retry-After": str(self.config.retry_after_s)},
+            )  # fmt: skip
+        except Exception:
+            logger.exception("Delivery %r not recorded: unexpected error (rolled back)", delivery_id)
+            return self._refuse(500, "internal-error", "the delivery was not recorded; retry later")
+        self.metrics.deliveries.labels(answer.outcome).inc()
+        await failpoints.ahit("receiver.after_commit_before_response")
+        return aiohttp.web.json_response(answer.body())
+
+    async def healthz(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.Response(text="ok\n")
+
+    async def readyz(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
+        try:
+            async with asyncio.timeout(self.config.database_timeout_s), self.pool.acquire() as conn:
+                pending = await migrating.pending(conn, MIGRATIONS)
+        except _UNAVAILABLE as exc:
+            return aiohttp.web.Response(text=f"database unavailable: {type(exc).__name__}\n", status=503)
+        if pending:
+            versions = ", ".join(f"{v:04d}" for v in pending)
+            return aiohttp.web.Response(text=f"migrations pending: {versions}\n", status=503)
+        return aiohttp.web.Response(text="ok\n")
+
+    async def serve_metrics(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
+        body = prometheus_client.generate_latest(self.metrics.registry)
+        return aiohttp.web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+
+
+def make_app(receiver: Receiver) -> aiohttp.web.Application:
+    # client_max_size makes aiohttp stop reading a body (chunked or lying) at the limit.
+    app = aiohttp.web.Application(client_max_size=receiver.config.max_body_bytes)
+    app.router.add_post(settings.PATH, receiver.deliver)
+    app.router.add_get(settings.PATH + "/healthz", receiver.healthz)
+    app.router.add_get(settings.PATH + "/readyz", receiver.readyz)
+    app.router.add_get("/metrics", receiver.serve_metrics)
+    return app

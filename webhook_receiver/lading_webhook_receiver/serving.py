@@ -1,0 +1,103 @@
+"""
+Running a receiver: migrations, the connection pool and the HTTP server, as one context.
+
+    async with serving.receiving(database_url=url, secrets=["whsec_..."], port=0) as server:
+        server.url          # http://127.0.0.1:PORT/webhooks/lading, where deliveries go
+        server.counts()     # metrics.Counts: accepted, duplicate_delivery, duplicate_intent, rejected
+
+Entering applies the receiver's migrations (safe with many replicas: advisory lock) and
+starts listening; leaving stops accepting, lets deliveries in flight finish (up to the
+shutdown grace), then closes the pool. `lading receiver` and `lading run` both use this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiohttp.web
+import asyncpg
+
+from lading.db import migrating
+from lading.db import pool as dbpool
+from lading.webhooks import signing
+from lading_webhook_receiver import adapters, app, metrics, settings
+
+SERVER_SETTINGS = {"application_name": "lading-receiver"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningReceiver:
+    host: str
+    port: int
+    observed: metrics.ReceiverMetrics
+    """The receiver's counters (also served at /metrics)."""
+    pool: asyncpg.Pool
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """Where a DeliveryEndpoint should point."""
+        return self.base_url + settings.PATH
+
+    def counts(self) -> metrics.Counts:
+        return self.observed.counts()
+
+
+async def migrate(database_url: str) -> migrating.MigrateResult:
+    """Apply the receiver's migrations to its database (idempotent, safe concurrently)."""
+    conn = await asyncpg.connect(database_url, server_settings=SERVER_SETTINGS)
+    try:
+        return await migrating.migrate(conn, app.MIGRATIONS)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def receiving(
+        *,
+        database_url: str,
+        secrets: Sequence[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: settings.ReceiverSettings | None = None,
+        adapter: adapters.ErpAdapter[Any] | None = None,
+) -> AsyncIterator[RunningReceiver]:
+    """Serve deliveries while the block runs (port 0: any free port, see `.port`)."""
+    config = config or settings.ReceiverSettings()
+    keys = signing.parse_keys(secrets)  # SecretFormatError never holds a secret
+    erp = adapter if adapter is not None else adapters.by_name(config.adapter)
+    await migrate(database_url)
+    pool = await asyncpg.create_pool(
+        database_url,
+        min_size=config.pool_min_size,
+        max_size=config.pool_max_size,
+        init=dbpool.init_connection,
+        server_settings=SERVER_SETTINGS,
+    )
+    assert pool is not None
+    try:
+        observe = metrics.ReceiverMetrics()
+        handlers = app.Receiver(pool=pool, keys=keys, adapter=erp, config=config, observe=observe)
+        runner = aiohttp.web.AppRunner(
+            app.make_app(handlers),
+            access_log=None,
+            handler_cancellation=False,  # a client that gives up never cancels a transaction mid-way
+            shutdown_timeout=config.shutdown_grace_s,
+        )
+        await runner.setup()
+        try:
+            site = aiohttp.web.TCPSite(runner, host, port)
+            await site.start()
+            bound = [address for address in runner.addresses if isinstance(address, tuple)]
+            yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool)
+        finally:
+            await runner.cleanup()
+    finally:
+        await pool.close()
