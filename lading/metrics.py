@@ -42,6 +42,23 @@ COMMIT_BATCH = prom.Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250),
 )
 
+# The distributed admission limiter (lading/limiting.py).
+LIMITER_WAIT = prom.Histogram(
+    "lading_limiter_wait_seconds",
+    "Time an attempt waited for a limiter permit (request, tokens and concurrency) before its model call",
+    ["pool"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+LIMITER_REFUSALS = prom.Counter(
+    "lading_limiter_refusals_total",
+    "Permit requests refused, by the limit that refused: cooldown, requests, tokens, concurrency",
+    ["pool", "reason"],
+)
+LIMITER_COOLDOWNS = prom.Counter("lading_limiter_cooldowns_total", "429 answers that cooled a pool down", ["pool"])
+LIMITER_COOLDOWN_SECONDS = prom.Counter(
+    "lading_limiter_cooldown_seconds_total", "Seconds of pool cooldown requested by 429 answers", ["pool"]
+)
+
 # Database gauges: refreshed by the one elected process (lading/gauges.py); absent elsewhere.
 LabelledGauge = prom.Gauge
 JOBS_BY_STATE = prom.Gauge(

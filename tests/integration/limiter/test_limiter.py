@@ -1,0 +1,129 @@
+"""The distributed admission limiter against real PostgreSQL: several independent limiters
+(one per simulated replica, each with its own connection pool) sharing one pool's limits."""
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from lading import limiting
+from lading.db import pool as dbpool
+from lading.ids import JobId, PoolName
+from tests.support import factories, waiting
+
+POOL = PoolName(factories.POOL)
+_job_ids = itertools.count(1)
+
+
+def limiter(db: asyncpg.Pool, *, rpm: int = 10_000, tpm: int = 10_000_000, concurrency: int = 1000,
+            ttl_s: float = 60.0) -> limiting.PoolLimiter:
+    return limiting.PoolLimiter(
+        db,
+        pool=POOL,
+        limits=limiting.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, max_concurrency=concurrency),
+        settings=limiting.LimiterSettings(permit_ttl_s=ttl_s, concurrency_poll_s=0.01),
+    )
+
+
+async def ask(lim: limiting.PoolLimiter, tokens: int = 100) -> limiting.Permit | limiting.Refusal:
+    return await lim.try_acquire(job_id=JobId(next(_job_ids)), fence=1, tokens=tokens)
+
+
+@pytest.fixture
+async def replicas(db: asyncpg.Connection, database_url: str) -> AsyncIterator[list[asyncpg.Pool]]:
+    await factories.seed(db)
+    pools = [await dbpool.create_pool(database_url, min_size=1, max_size=10) for _ in range(3)]
+    yield pools
+    for p in pools:
+        await p.close()
+
+
+async def test_concurrency_is_never_exceeded_across_replicas(replicas: list[asyncpg.Pool]) -> None:
+    limit = 7
+    limiters = [limiter(p, concurrency=limit) for p in replicas]
+    holding = 0
+    most = 0
+
+    async def attempt(lim: limiting.PoolLimiter) -> None:
+        nonlocal holding, most
+        permit = await lim.acquire(job_id=JobId(next(_job_ids)), fence=1, tokens=10)
+        holding += 1
+        most = max(most, holding)
+        await asyncio.sleep(0.01)  # the "model call": holds the permit across other tasks' turns
+        holding -= 1
+        await lim.release(permit, tokens_used=10)
+
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(attempt(limiters[i % 3]) for i in range(90)))
+    assert most == limit  # reached, never passed
+
+
+async def test_requests_per_minute_is_exact_across_replicas(replicas: list[asyncpg.Pool]) -> None:
+    limiters = [limiter(p, rpm=25) for p in replicas]
+
+    async def burst(lim: limiting.PoolLimiter) -> int:
+        answers = [await ask(lim) for _ in range(20)]
+        return sum(isinstance(a, limiting.Permit) for a in answers)
+
+    granted = await asyncio.gather(*(burst(lim) for lim in limiters))
+    assert sum(granted) == 25
+    refusal = await ask(limiters[0])
+    assert isinstance(refusal, limiting.Refusal) and refusal.reason == "requests"
+    assert 0 < refusal.retry_in_s <= 1.0
+
+
+async def test_all_or_nothing_a_token_refusal_takes_no_request(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], rpm=100, tpm=1000)
+    assert isinstance(await ask(lim, tokens=900), limiting.Permit)
+    refusal = await ask(lim, tokens=200)
+    assert isinstance(refusal, limiting.Refusal) and refusal.reason == "tokens"
+    assert await limiting.usage(db, pool=POOL) == (1, 900, 1)
+
+
+async def test_reconciling_returns_unused_tokens_and_timeouts_keep_theirs(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], tpm=1000)
+    used = await ask(lim, tokens=600)
+    ambiguous = await ask(lim, tokens=300)
+    assert isinstance(used, limiting.Permit) and isinstance(ambiguous, limiting.Permit)
+    await lim.release(used, tokens_used=150)  # the provider reported 150
+    await lim.release(ambiguous, tokens_used=None)  # sent, no answer: may have been billed
+    assert await limiting.usage(db, pool=POOL) == (2, 450, 0)
+    assert isinstance(await ask(lim, tokens=550), limiting.Permit)  # room made by reconciling
+
+
+async def test_permits_of_a_crashed_worker_expire(replicas: list[asyncpg.Pool], db: asyncpg.Connection) -> None:
+    crashed = limiter(replicas[0], concurrency=2, ttl_s=0.5)
+    for _ in range(2):
+        assert isinstance(await ask(crashed), limiting.Permit)  # never released: the worker died
+    survivor = limiter(replicas[1], concurrency=2)
+    refusal = await ask(survivor)
+    assert isinstance(refusal, limiting.Refusal) and refusal.reason == "concurrency"
+    await waiting.until(lambda: _granted(survivor), timeout_s=10)
+
+
+async def _granted(lim: limiting.PoolLimiter) -> bool:
+    return isinstance(await ask(lim), limiting.Permit)
+
+
+async def test_a_429_cools_every_replica_down(replicas: list[asyncpg.Pool]) -> None:
+    first, second = limiter(replicas[0]), limiter(replicas[1])
+    await first.cool_down(1.0)
+    refusal = await ask(second)
+    assert isinstance(refusal, limiting.Refusal) and refusal.reason == "cooldown"
+    assert 0 < refusal.retry_in_s <= 1.0
+    async with asyncio.timeout(10):
+        permit = await second.acquire(job_id=JobId(1), fence=1, tokens=1)  # waits out the cooldown
+    assert permit.tokens_reserved == 1
+
+
+async def test_a_document_larger_than_the_minute_budget_is_still_admitted_alone(replicas: list[asyncpg.Pool]) -> None:
+    lim = limiter(replicas[0], tpm=1000)
+    async with asyncio.timeout(10):
+        permit = await lim.acquire(job_id=JobId(1), fence=1, tokens=50_000)
+    assert permit.tokens_reserved == 1000
