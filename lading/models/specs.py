@@ -56,6 +56,7 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 
 PATTERN_HINTS: dict[str, str] = {
     DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
@@ -74,6 +75,7 @@ PATTERN_HINTS: dict[str, str] = {
     LABEL_KEY_PATTERN: "a label key ('prefix/name', name at most 63 characters)",
     LABEL_VALUE_PATTERN: "a label value (at most 63 letters, digits, '-', '_' and '.', starting and "
     "ending with a letter or digit)",
+    QUANTITY_PATTERN: "a size such as '8Gi' or '500Mi'",
 }
 """A human phrase for each pattern above, so error messages say "must be a DNS-1123 label"
 instead of printing a regular expression. The loader completes it to "must be <hint>"."""
@@ -109,6 +111,14 @@ VLLM_IMAGE_DEFAULT = "vllm/vllm-openai:v0.8.5"
 """Pinned, never `latest`: an image change restarts every model server."""
 GPU_MEMORY_UTILIZATION_DEFAULT = 0.9
 """vLLM's own default."""
+SHM_SIZE_DEFAULT = "8Gi"
+"""/dev/shm for vLLM's worker processes (NCCL, tensor parallelism); the container runtime's 64 MiB
+default makes multi-GPU replicas crash at start."""
+MODEL_CACHE_SIZE_DEFAULT = "100Gi"
+"""Room for a 7B-32B model's weights in the scratch cache when no PersistentVolumeClaim is named."""
+IDLE_S_DEFAULT = 600
+"""Ten minutes without eligible jobs or running calls before an idle pool scales to zero: long
+enough that a trickle of batches does not pay a model load (minutes for vLLM) every time."""
 
 INLINE_DOCUMENTS_MAX = 1000
 """Above this, use manifestUri: the whole ExtractionBatch object must fit in etcd (~1.5 MiB)."""
@@ -395,6 +405,73 @@ class VllmSettings(_Spec):
         default=None,
         description="Secret key holding a Hugging Face token, for gated models. Unset: anonymous download.",
     )
+    replicas: int = pydantic.Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="vLLM replicas while the pool has work. With workers.minReplicas 0 the operator "
+        "scales the Deployment to zero after workers.idleSeconds without work, and back up on demand.",
+    )
+    shm_size: str = pydantic.Field(
+        default=SHM_SIZE_DEFAULT,
+        max_length=32,
+        pattern=QUANTITY_PATTERN,
+        description="Size of the memory-backed /dev/shm volume (NCCL and tensor parallelism need more "
+        "than the container runtime's 64Mi).",
+    )
+    model_cache: ModelCache = pydantic.Field(
+        default_factory=lambda: ModelCache(),
+        description="Where downloaded model weights are kept. Default: a scratch volume per pod.",
+    )
+    node_selector: dict[LabelKey, LabelValue] | None = pydantic.Field(
+        default=None,
+        max_length=32,
+        description="Node labels a vLLM pod requires, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}. "
+        "Unset: any node with free nvidia.com/gpu.",
+    )
+    tolerations: list[Toleration] | None = pydantic.Field(
+        default=None,
+        max_length=32,
+        description="Taints the vLLM pods tolerate. Unset: the usual GPU node taint "
+        "(nvidia.com/gpu, Exists, NoSchedule).",
+    )
+
+
+class ModelCache(_Spec):
+    """The volume vLLM downloads model weights into (HF_HOME)."""
+
+    claim_name: DnsSubdomain | None = pydantic.Field(
+        default=None,
+        description="PersistentVolumeClaim (same namespace) to keep weights across restarts; ReadWriteMany "
+        "when replicas > 1. Unset: an emptyDir of sizeLimit per pod, downloaded again at every start.",
+    )
+    size_limit: str = pydantic.Field(
+        default=MODEL_CACHE_SIZE_DEFAULT,
+        max_length=32,
+        pattern=QUANTITY_PATTERN,
+        description="Size limit of the emptyDir cache; ignored with claimName.",
+    )
+
+
+class Toleration(_Spec):
+    """A Kubernetes toleration for the vLLM pods (the fields of core/v1 Toleration)."""
+
+    key: LabelKey | None = pydantic.Field(default=None, description="Taint key; unset with Exists matches all.")
+    operator: Literal["Exists", "Equal"] = pydantic.Field(default="Equal", description="Exists or Equal.")
+    value: LabelValue | None = pydantic.Field(default=None, description="Taint value (Equal only).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = pydantic.Field(
+        default=None, description="Taint effect to tolerate; unset: all effects."
+    )
+    toleration_seconds: int | None = pydantic.Field(
+        default=None, ge=0, le=10**9, description="NoExecute only: how long the pod stays bound after the taint."
+    )
+
+    @pydantic.field_validator("value")
+    @classmethod
+    def _no_value_with_exists(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if value and info.data.get("operator") == "Exists":
+            raise ValueError("a toleration with operator Exists takes no value")
+        return value
 
 
 class BuiltinSettings(_Spec):
@@ -464,6 +541,18 @@ class WorkerSettings(_Spec):
         ge=0,
         le=86_400,
         description="Scale down only to the highest replica count desired during this many seconds.",
+    )
+    idle_seconds: int = pydantic.Field(
+        default=IDLE_S_DEFAULT,
+        ge=0,
+        le=86_400,
+        description="With minReplicas 0: scale workers (and a vllm pool's model server) to zero after "
+        "this many seconds with no eligible job and no call in flight.",
+    )
+    scaling: Literal["builtin", "keda"] = pydantic.Field(
+        default="builtin",
+        description="builtin: the operator sizes the worker Deployment itself. keda: the operator renders "
+        "a KEDA ScaledObject with the same signals and KEDA sizes it (KEDA must be installed).",
     )
 
     @pydantic.field_validator("max_replicas")

@@ -1,0 +1,707 @@
+"""
+The Kubernetes objects an InferencePool owns, rendered as plain dicts, and the patch that brings a
+live object back to its rendering.
+
+    InferencePool ns/qwen (provider vllm)
+      ├── Deployment  ns/qwen-vllm       vLLM OpenAI server, `vllm serve MODEL ...`, port 8000
+      ├── Service     ns/qwen-vllm       ClusterIP 8000 -> the vLLM pods; workers call
+      │                                  http://qwen-vllm.ns.svc:8000/v1 (`vllm_endpoint_url`)
+      ├── Deployment  ns/qwen-worker     `lading worker --pool ns/qwen`, sized by the scaler
+      └── ScaledObject ns/qwen-worker    only with workers.scaling: keda (KEDA sizes the workers)
+          TriggerAuthentication ns/qwen-worker   the ScaledObject's PostgreSQL connection
+
+Every function here is pure: a spec (and the operator's configuration) in, a dict out, no API calls,
+no clock, no randomness. The same pool always renders the same bytes, so `drift` can compare a live
+object with its rendering and the kopf handlers only decide *when* to create or patch.
+
+Owned, and what that means for `drift`:
+- every object carries an ownerReference to its InferencePool (controller, blockOwnerDeletion): the
+  garbage collector deletes them with the pool;
+- labels `app.kubernetes.io/{name,instance,component,managed-by}` and `lading.dev/pool`;
+- the pod template, selector, ports and every field we render are ours: a `kubectl edit` of them is
+  reverted; fields we do not render (defaults the API server adds, annotations other controllers
+  add) are left alone;
+- a Deployment's `spec.replicas` belongs to the scaler, not to the template: `drift` ignores it unless
+  the caller passes `replicas_owned=True` with the scaler's decision in `desired`. With
+  `scaling: keda`, KEDA owns the worker replicas and the operator never writes them.
+
+Names are deterministic DNS-1035 labels of at most 63 characters (`<pool>-vllm`, `<pool>-worker`),
+shortened with a hash suffix when the pool's name is long, so two long pool names never collide.
+
+Secrets: rendered objects only ever *reference* Secrets (`secretKeyRef`, projected Secret volumes,
+KEDA `secretTargetRef`); no value is ever read or written here.
+
+The worker pod runs `lading worker --pool NAMESPACE/NAME --concurrency N --http 0.0.0.0:8080` with:
+    DATABASE_URL               secretKeyRef OperatorConfig.database_secret
+    LADING_PROVIDER_API_KEY    secretKeyRef spec.endpoint.apiKeySecretRef (external pools with a key)
+    LADING_AMQP_URL            secretKeyRef OperatorConfig.amqp_url_secret (optional)
+    LADING_EGRESS_ALLOW        OperatorConfig.egress_allow, comma-separated (optional)
+    LADING_ENDPOINT_SECRETS_DIR /etc/lading/endpoint-secrets, a projected Secret volume holding one
+                               file `<namespace>.<name>` per DeliveryEndpoint (OperatorConfig.endpoint_secrets)
+and probes on /healthz (liveness) and /readyz (readiness) of that port; /metrics is scraped there.
+A worker run by hand is the same command with the same variables.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from lading.models import specs
+
+VLLM_PORT = 8000
+"""The port `vllm serve` listens on, in the pod and on the Service."""
+WORKER_HTTP_PORT_DEFAULT = 8080
+"""The worker's /metrics, /healthz and /readyz."""
+WORKER_COMMAND_DEFAULT: tuple[str, ...] = ("lading", "worker")
+"""The console script of the Lading image; `python -m lading_worker` works too."""
+WORKER_IMAGE_DEFAULT = "ghcr.io/lading-dev/lading:0.1.0"
+"""Pinned like the vLLM image: a new image is a deliberate rollout."""
+WORKER_GRACE_S_DEFAULT = 20
+"""The worker's own drain period (`--grace`, lading.settings.WorkerSettings.shutdown_grace_s)."""
+WORKER_TERMINATION_EXTRA_S = 10
+"""Kubernetes' grace period is the worker's drain plus this, so SIGKILL never cuts a drain short."""
+VLLM_STARTUP_BUDGET_S = 1800
+"""Time a vLLM pod gets to download and load its model before the startup probe gives up: half an
+hour covers a 70B download on a slow link; after it, the pod is restarted (and says so in events)."""
+VLLM_CACHE_MOUNT = "/models"
+"""Where the model cache volume is mounted; HF_HOME points below it."""
+ENDPOINT_SECRETS_MOUNT = "/etc/lading/endpoint-secrets"
+"""Where the projected signing-secret volume is mounted in the worker."""
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TOLERATION_DEFAULT: dict[str, str] = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+"""The taint GPU node pools usually carry (GKE, EKS, the NVIDIA GPU operator)."""
+NAME_MAX = 63
+"""DNS-1035 label: a Service name must be one, and Deployment names are kept to it as well."""
+ENDPOINT_SECRETS_MAX = 256
+"""Signing secrets projected into one worker pod (one per DeliveryEndpoint the pool delivers to)."""
+FIELD_MANAGER = "lading-operator"
+
+API_VERSION = specs.API_VERSION
+KIND = specs.InferencePool.KIND
+
+COMPONENT_VLLM = "vllm"
+COMPONENT_WORKER = "worker"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_POOL = "lading.dev/pool"
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKeySelector:
+    """One key of a Secret in the pool's namespace (rendered as `secretKeyRef`)."""
+
+    name: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointSecret:
+    """A DeliveryEndpoint's signing secret, projected into the worker pod as `<namespace>.<name>`.
+
+    The Secret must live in the pool's namespace (a pod can mount only its own namespace's Secrets):
+    the operator mirrors each DeliveryEndpoint's signing secret there before rendering.
+    """
+
+    endpoint: str
+    """The DeliveryEndpoint as 'namespace/name'."""
+    secret_name: str
+    """Name of the Secret in the pool's namespace."""
+    key: str
+    """Key of that Secret holding the signing secret(s), one per line."""
+
+    @property
+    def file_name(self) -> str:
+        namespace, _, name = self.endpoint.partition("/")
+        return f"{namespace}.{name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    """What the operator knows that an InferencePool does not: images, Secrets, cluster policy."""
+
+    worker_image: str = WORKER_IMAGE_DEFAULT
+    """Image of the worker Deployment (the Lading image)."""
+    worker_command: tuple[str, ...] = WORKER_COMMAND_DEFAULT
+    """Command of the worker container; the arguments (`--pool ...`) are rendered."""
+    database_secret: SecretKeySelector = SecretKeySelector(name="lading-database", key="url")
+    """Secret key holding the PostgreSQL URL, in every pool's namespace (the Helm chart creates it)."""
+    amqp_url_secret: SecretKeySelector | None = None
+    """Secret key holding the RabbitMQ URL (LADING_AMQP_URL). None: the worker runs without a broker."""
+    egress_allow: tuple[str, ...] = ()
+    """Hosts (or CIDRs) delivery may reach besides registered endpoints (LADING_EGRESS_ALLOW). Empty: unset."""
+    endpoint_secrets: tuple[EndpointSecret, ...] = ()
+    """Signing secrets projected into the worker pod. Empty: no volume, no LADING_ENDPOINT_SECRETS_DIR."""
+    worker_http_port: int = WORKER_HTTP_PORT_DEFAULT
+    """Port of the worker's /metrics, /healthz and /readyz."""
+    worker_grace_s: int = WORKER_GRACE_S_DEFAULT
+    """The worker's drain period (`--grace`)."""
+    worker_resources: Mapping[str, Mapping[str, str]] = dataclasses.field(
+        default_factory=lambda: {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    )
+    """Worker container resources. The worker waits on the model; it needs little CPU."""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Extra labels on every rendered object and pod (e.g. a team or cost centre)."""
+    keda_database_secret: SecretKeySelector | None = None
+    """Secret key with the PostgreSQL connection string KEDA's postgresql scaler uses (a read-only role
+    is enough). None: database_secret."""
+    keda_prometheus_url: str | None = None
+    """Prometheus that scrapes the vLLM pods, for KEDA's headroom trigger. None: no headroom trigger."""
+
+
+# --- Names and labels.
+
+_INVALID = re.compile(r"[^a-z0-9-]+")
+
+
+def _short_hash(text: str, length: int = 8) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def _bounded(text: str, *, limit: int, seed: str) -> str:
+    """`text` if it fits, else a prefix of it plus '-' and a hash of `seed`: distinct seeds stay distinct."""
+    if len(text) <= limit:
+        return text
+    suffix = _short_hash(seed)
+    return f"{text[: limit - len(suffix) - 1].rstrip('-.')}-{suffix}"
+
+
+def object_name(pool: specs.InferencePool, component: str) -> str:
+    """`<pool>-<component>` as a DNS-1035 label (starts with a letter, <= 63 characters)."""
+    base = _INVALID.sub("-", pool.name.lower()).strip("-")
+    if not base or not base[0].isalpha():
+        base = f"p-{base}"
+    return _bounded(f"{base}-{component}", limit=NAME_MAX, seed=f"{pool.name}/{component}")
+
+
+def label_value(text: str) -> str:
+    """A label value (<= 63, alphanumeric ends) naming `text`; long ones get a hash suffix."""
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
+    return _bounded(value, limit=63, seed=text).strip("-._") or _short_hash(text)
+
+
+def selector_labels(pool: specs.InferencePool, component: str) -> dict[str, str]:
+    """The labels a Deployment selects its pods by; never changes for a given pool (selectors are immutable)."""
+    return {
+        LABEL_NAME: "lading",
+        LABEL_INSTANCE: label_value(pool.name),
+        LABEL_COMPONENT: component,
+    }
+
+
+def labels(pool: specs.InferencePool, component: str, config: OperatorConfig | None = None) -> dict[str, str]:
+    extra = dict(config.labels) if config is not None else {}
+    return {
+        **extra,
+        **selector_labels(pool, component),
+        LABEL_MANAGED_BY: "lading",
+        LABEL_POOL: label_value(pool.name),
+    }
+
+
+def owner_reference(pool: specs.InferencePool, *, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": pool.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _namespace(pool: specs.InferencePool) -> str:
+    if pool.namespace is None:
+        raise ValueError(f"InferencePool {pool.name} has no namespace; owned objects live in the pool's namespace")
+    return pool.namespace
+
+
+def _metadata(
+        pool: specs.InferencePool,
+        component: str,
+        *,
+        uid: str,
+        config: OperatorConfig | None,
+        name: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "name": name or object_name(pool, component),
+        "namespace": _namespace(pool),
+        "labels": labels(pool, component, config),
+        "ownerReferences": [owner_reference(pool, uid=uid)],
+    }
+
+
+def pool_key(pool: specs.InferencePool) -> str:
+    """'namespace/name': the pool as the database and `lading worker --pool` name it."""
+    return f"{_namespace(pool)}/{pool.name}"
+
+
+def _secret_env(name: str, ref: SecretKeySelector | specs.SecretKeyRef) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+# --- vLLM.
+
+
+def vllm_endpoint_url(pool: specs.InferencePool) -> str:
+    """The OpenAI base URL of the pool's vLLM Service, inside the cluster."""
+    return f"http://{object_name(pool, COMPONENT_VLLM)}.{_namespace(pool)}.svc:{VLLM_PORT}/v1"
+
+
+def _require_vllm(pool: specs.InferencePool) -> tuple[str, specs.VllmSettings]:
+    spec = pool.spec
+    if spec.provider != "vllm" or spec.model is None:
+        raise ValueError(f"InferencePool {pool.display_name} has provider {spec.provider}, not vllm")
+    return spec.model, spec.vllm or specs.VllmSettings()
+
+
+def vllm_args(pool: specs.InferencePool) -> list[str]:
+    """`vllm serve` arguments: the model, where to listen, then the engine arguments that are set."""
+    model, vllm = _require_vllm(pool)
+    engine = vllm.engine_args
+    args = [
+        model,
+        "--host", "0.0.0.0",
+        "--port", str(VLLM_PORT),
+        "--served-model-name", model,
+        "--tensor-parallel-size", str(vllm.gpus),
+        "--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}",
+    ]
+    if engine.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(engine.max_num_seqs)]
+    if engine.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(engine.max_num_batched_tokens)]
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    return args
+
+
+def _toleration(toleration: specs.Toleration) -> dict[str, Any]:
+    return toleration.model_dump(by_alias=True, exclude_none=True)
+
+
+def vllm_deployment(
+        pool: specs.InferencePool,
+        *,
+        uid: str,
+        config: OperatorConfig | None = None,
+        replicas: int | None = None,
+) -> dict[str, Any]:
+    """The vLLM Deployment. `replicas` None: spec.vllm.replicas (the scaler passes 0 when idle)."""
+    model, vllm = _require_vllm(pool)
+    del model
+    component = COMPONENT_VLLM
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": f"{VLLM_CACHE_MOUNT}/huggingface"},
+        # No usage reports leave the cluster.
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    if vllm.hf_token_secret_ref is not None:
+        env.append(_secret_env("HF_TOKEN", vllm.hf_token_secret_ref))
+    cache_volume: dict[str, Any]
+    if vllm.model_cache.claim_name is not None:
+        cache_volume = {"name": "model-cache", "persistentVolumeClaim": {"claimName": vllm.model_cache.claim_name}}
+    else:
+        cache_volume = {"name": "model-cache", "emptyDir": {"sizeLimit": vllm.model_cache.size_limit}}
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    container = {
+        "name": "vllm",
+        "image": vllm.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["vllm", "serve"],
+        "args": vllm_args(pool),
+        "env": env,
+        "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {GPU_RESOURCE: str(vllm.gpus)}},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "model-cache", "mountPath": VLLM_CACHE_MOUNT},
+        ],
+        "startupProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5,
+                         "failureThreshold": VLLM_STARTUP_BUDGET_S // 10},
+        "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 15, "timeoutSeconds": 10, "failureThreshold": 6},
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": vllm.shm_size}},
+            cache_volume,
+        ],
+        "tolerations": (
+            [_toleration(t) for t in vllm.tolerations] if vllm.tolerations is not None
+            else [dict(GPU_TOLERATION_DEFAULT)]
+        ),
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+    }
+    if vllm.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(vllm.node_selector.items()))
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(pool, component, uid=uid, config=config),
+        "spec": {
+            "replicas": vllm.replicas if replicas is None else replicas,
+            "selector": {"matchLabels": selector_labels(pool, component)},
+            # No spare GPU is assumed: replace pods one at a time instead of surging.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": labels(pool, component, config)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def vllm_service(pool: specs.InferencePool, *, uid: str, config: OperatorConfig | None = None) -> dict[str, Any]:
+    """ClusterIP Service in front of the vLLM pods; its DNS name is `vllm_endpoint_url`."""
+    _require_vllm(pool)
+    component = COMPONENT_VLLM
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(pool, component, uid=uid, config=config),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(pool, component),
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+# --- Workers.
+
+
+def worker_args(pool: specs.InferencePool, config: OperatorConfig) -> list[str]:
+    return [
+        *config.worker_command[1:],
+        "--pool", pool_key(pool),
+        "--concurrency", str(pool.spec.workers.concurrency),
+        "--http", f"0.0.0.0:{config.worker_http_port}",
+        "--grace", str(config.worker_grace_s),
+    ]
+
+
+def _endpoint_secrets(config: OperatorConfig) -> list[EndpointSecret]:
+    secrets = sorted(set(config.endpoint_secrets), key=lambda s: (s.file_name, s.secret_name, s.key))
+    if len(secrets) > ENDPOINT_SECRETS_MAX:
+        raise ValueError(f"{len(secrets)} endpoint secrets for one worker pod; at most {ENDPOINT_SECRETS_MAX}")
+    files = [s.file_name for s in secrets]
+    if len(set(files)) != len(files):
+        duplicate = next(f for f in files if files.count(f) > 1)
+        raise ValueError(f"two signing secrets for DeliveryEndpoint {duplicate.replace('.', '/', 1)}")
+    return secrets
+
+
+def worker_deployment(
+        pool: specs.InferencePool,
+        *,
+        uid: str,
+        config: OperatorConfig,
+        replicas: int | None,
+) -> dict[str, Any]:
+    """The worker Deployment. `replicas` None leaves `spec.replicas` out (KEDA owns it)."""
+    component = COMPONENT_WORKER
+    env: list[dict[str, Any]] = [_secret_env("DATABASE_URL", config.database_secret)]
+    endpoint = pool.spec.endpoint
+    if endpoint is not None and endpoint.api_key_secret_ref is not None:
+        env.append(_secret_env("LADING_PROVIDER_API_KEY", endpoint.api_key_secret_ref))
+    if config.amqp_url_secret is not None:
+        env.append(_secret_env("LADING_AMQP_URL", config.amqp_url_secret))
+    if config.egress_allow:
+        env.append({"name": "LADING_EGRESS_ALLOW", "value": ",".join(config.egress_allow)})
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    secrets = _endpoint_secrets(config)
+    if secrets:
+        env.append({"name": "LADING_ENDPOINT_SECRETS_DIR", "value": ENDPOINT_SECRETS_MOUNT})
+        volumes.append({
+            "name": "endpoint-secrets",
+            "projected": {
+                "defaultMode": 0o440,
+                "sources": [
+                    {"secret": {"name": s.secret_name, "items": [{"key": s.key, "path": s.file_name}]}}
+                    for s in secrets
+                ],
+            },
+        })
+        mounts.append({"name": "endpoint-secrets", "mountPath": ENDPOINT_SECRETS_MOUNT, "readOnly": True})
+    port = config.worker_http_port
+    container = {
+        "name": "worker",
+        "image": config.worker_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [config.worker_command[0]],
+        "args": worker_args(pool, config),
+        "env": env,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "resources": {kind: dict(values) for kind, values in sorted(config.worker_resources.items())},
+        "volumeMounts": mounts,
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5,
+                           "timeoutSeconds": 5, "failureThreshold": 2},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(pool, component)},
+        "template": {
+            "metadata": {
+                "labels": labels(pool, component, config),
+                "annotations": {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(port),
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": {
+                "containers": [container],
+                "volumes": volumes,
+                "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": config.worker_grace_s + WORKER_TERMINATION_EXTRA_S,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "runAsGroup": 65532,
+                    "fsGroup": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            },
+        },
+    }
+    if replicas is not None:
+        spec = {"replicas": replicas, **spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(pool, component, uid=uid, config=config),
+        "spec": spec,
+    }
+
+
+# --- KEDA.
+
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+KEDA_POLLING_INTERVAL_S = 15
+"""KEDA's evaluation period: the operator's own scaler runs at the same pace."""
+KEDA_HEADROOM_QUERY = (
+    'sum(vllm:num_requests_waiting{{namespace="{namespace}",pod=~"{deployment}-.*"}}) '
+    "or vector(0)"
+)
+"""PromQL for the vLLM waiting queue of the pool's pods (the headroom trigger)."""
+
+
+def keda_backlog_query(pool: specs.InferencePool) -> str:
+    """Slots of work the pool needs now: running calls plus the backlog that must start within one target age.
+
+    The postgresql trigger divides it by `targetQueryValue` = worker concurrency, so KEDA's replicas are
+    ceil((running + eligible) / concurrency), the builtin scaler's formula without latency (KEDA cannot
+    see it). The pool name is a literal checked against the pool key pattern, never user text:
+    PostgreSQL's scaler takes no parameters.
+    """
+    key = pool_key(pool)
+    if not re.fullmatch(specs.POOL_KEY_PATTERN, key):
+        raise ValueError(f"pool key {key!r} is not namespace/name")
+    return (
+        "SELECT count(*) FROM extraction_jobs "
+        f"WHERE pool = '{key}' AND (state = 'RUNNING' OR (state IN ('READY', 'RETRY_SCHEDULED') "
+        "AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts))"
+    )
+
+
+def keda_oldest_age_query(pool: specs.InferencePool) -> str:
+    """Seconds the oldest eligible job of the pool has waited (0 when none)."""
+    key = pool_key(pool)
+    if not re.fullmatch(specs.POOL_KEY_PATTERN, key):
+        raise ValueError(f"pool key {key!r} is not namespace/name")
+    return (
+        "SELECT coalesce(extract(epoch FROM now() - min(available_at)), 0) FROM extraction_jobs "
+        f"WHERE pool = '{key}' AND state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()"
+    )
+
+
+def keda_trigger_authentication(
+        pool: specs.InferencePool,
+        *,
+        uid: str,
+        config: OperatorConfig,
+) -> dict[str, Any]:
+    """The TriggerAuthentication the ScaledObject's postgresql triggers use: the connection string Secret."""
+    secret = config.keda_database_secret or config.database_secret
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "TriggerAuthentication",
+        "metadata": _metadata(pool, COMPONENT_WORKER, uid=uid, config=config),
+        "spec": {"secretTargetRef": [{"parameter": "connection", "name": secret.name, "key": secret.key}]},
+    }
+
+
+def keda_scaled_object(pool: specs.InferencePool, *, uid: str, config: OperatorConfig) -> dict[str, Any]:
+    """A KEDA ScaledObject sizing the worker Deployment from the same signals as the builtin scaler.
+
+        builtin signal                          KEDA trigger
+        slots = running + eligible backlog      postgresql, keda_backlog_query, target = concurrency
+        oldest eligible age vs target           postgresql, keda_oldest_age_query, target = targetOldestAge
+        capacity cap (limits)                   maxReplicaCount = min(maxReplicas, capacity workers)
+        vLLM headroom (waiting queue)           prometheus, KEDA_HEADROOM_QUERY (only with keda_prometheus_url):
+                                                activation only, so a saturated engine does not pull
+                                                replicas up by itself
+        scale-down stabilisation                advanced.horizontalPodAutoscalerConfig.behavior.scaleDown
+        scale to zero after idle                minReplicaCount 0 + cooldownPeriod = idleSeconds
+    """
+    workers = pool.spec.workers
+    auth = object_name(pool, COMPONENT_WORKER)
+    concurrency = workers.concurrency
+    triggers: list[dict[str, Any]] = [
+        {
+            "type": "postgresql",
+            "name": "backlog",
+            "metadata": {
+                "query": keda_backlog_query(pool),
+                "targetQueryValue": str(concurrency),
+                "activationTargetQueryValue": "0",
+            },
+            "authenticationRef": {"name": auth},
+        },
+        {
+            "type": "postgresql",
+            "name": "oldest-age",
+            "metadata": {
+                "query": keda_oldest_age_query(pool),
+                "targetQueryValue": str(workers.target_oldest_age_seconds),
+                "activationTargetQueryValue": "0",
+            },
+            "authenticationRef": {"name": auth},
+        },
+    ]
+    if pool.spec.provider == "vllm" and config.keda_prometheus_url is not None:
+        triggers.append({
+            "type": "prometheus",
+            "name": "vllm-waiting",
+            "metadata": {
+                "serverAddress": config.keda_prometheus_url,
+                "query": KEDA_HEADROOM_QUERY.format(
+                    namespace=_namespace(pool), deployment=object_name(pool, COMPONENT_VLLM)
+                ),
+                # A high target: the queue never adds replicas on its own, it only keeps the
+                # ScaledObject active (vLLM busy = not idle) for the idle rule.
+                "threshold": str(10**6),
+                "activationThreshold": "0",
+            },
+        })
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": _metadata(pool, COMPONENT_WORKER, uid=uid, config=config),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                               "name": object_name(pool, COMPONENT_WORKER)},
+            "pollingInterval": KEDA_POLLING_INTERVAL_S,
+            "cooldownPeriod": max(workers.idle_seconds, 1),
+            "minReplicaCount": workers.min_replicas,
+            "maxReplicaCount": _keda_max_replicas(pool),
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {
+                        "scaleUp": {"stabilizationWindowSeconds": 0},
+                        "scaleDown": {
+                            "stabilizationWindowSeconds": workers.scale_down_stabilization_seconds,
+                        },
+                    },
+                },
+            },
+            "triggers": triggers,
+        },
+    }
+
+
+def _keda_max_replicas(pool: specs.InferencePool) -> int:
+    # Concurrency is the one limit KEDA can apply without latency: more workers than
+    # maxConcurrency/concurrency would only wait on the limiter.
+    workers = pool.spec.workers
+    by_concurrency = -(-pool.spec.limits.max_concurrency // workers.concurrency)
+    return max(workers.min_replicas, min(workers.max_replicas, max(by_concurrency, 1)))
+
+
+# --- Drift.
+
+
+def drift(
+        desired: Mapping[str, Any],
+        live: Mapping[str, Any],
+        *,
+        replicas_owned: bool = False,
+) -> dict[str, Any] | None:
+    """The JSON merge patch (RFC 7386) that makes `live` match `desired` in the fields we render; None if in shape.
+
+    - A dict in `desired` is compared key by key: keys we do not render (server defaults such as
+      `imagePullPolicy`-less fields, `clusterIP`, `status`, `resourceVersion`) are left alone.
+    - A list is ours as a whole (containers, env, args, ports, volumes, tolerations): a different live
+      list is replaced. Items are compared as "desired keys only" too, so server-defaulted fields inside
+      a container or a port (terminationMessagePath, protocol ...) are not drift.
+    - `metadata.labels`/`annotations`: only our keys count; labels others add stay.
+    - `spec.replicas` of a Deployment is the scaler's: compared only with `replicas_owned`.
+    """
+    want = copy.deepcopy(dict(desired))
+    if not replicas_owned:
+        spec = want.get("spec")
+        if isinstance(spec, dict):
+            spec.pop("replicas", None)
+    patch = _diff(want, live)
+    return patch or None
+
+
+def _covers(desired: Any, live: Any) -> bool:
+    """Whether `live` has everything `desired` says (extra live keys allowed, recursively)."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and _covers(value, live[key]) for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(_covers(d, w) for d, w in zip(desired, live, strict=True))
+        )
+    return _same_scalar(desired, live)
+
+
+def _same_scalar(desired: Any, live: Any) -> bool:
+    if desired == live and type(desired) is type(live):
+        return True
+    # The API server normalises some values: bool/int are distinct, but a port or size given as
+    # a string of digits and read back as an int is not drift.
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return False
+    if isinstance(desired, int | float) and isinstance(live, int | float):
+        return bool(desired == live)
+    return False
+
+
+def _diff(desired: Mapping[str, Any], live: Any) -> dict[str, Any]:
+    if not isinstance(live, Mapping):
+        return dict(desired)
+    patch: dict[str, Any] = {}
+    for key, want in desired.items():
+        have = live.get(key)
+        if isinstance(want, Mapping) and want:
+            sub = _diff(want, have) if isinstance(have, Mapping) else dict(want)
+            if sub:
+                patch[key] = sub
+        elif not _covers(want, have) or (key not in live and want is not None):
+            patch[key] = want
+    return patch
