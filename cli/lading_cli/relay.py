@@ -1,0 +1,117 @@
+"""
+`lading relay`: the outbox relay and the ingress consumer as one standalone process.
+
+Workers run both loops themselves when given `--amqp-url`; this command is for running them
+apart from the workers (one small Deployment), or for draining an outbox by hand. Migrates the
+database first (advisory lock, safe with many replicas), then runs until SIGTERM/SIGINT.
+
+    lading relay --amqp-url amqp://user:pass@rabbit:5672/ --database-url postgresql://...
+
+The broker URL carries a password: prefer $LADING_AMQP_URL to the flag (flags show in `ps`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from lading.db import migrating
+from lading.db import pool as dbpool
+from lading.events import ingress, relay
+from lading.settings import BrokerTopology, EventSettings, IngressSettings, RelaySettings
+
+AMQP_URL_ENV = "LADING_AMQP_URL"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    parser.add_argument("--amqp-url", default=os.environ.get(AMQP_URL_ENV), help=f"default: ${AMQP_URL_ENV}")
+    parser.add_argument("--topology-prefix", default=BrokerTopology.prefix, help="put in front of every broker name")
+    parser.add_argument("--batch-size", type=int, default=RelaySettings.batch_size, help="events per relay round")
+    parser.add_argument("--claim-ttl", type=float, default=RelaySettings.claim_ttl_s, help="seconds a claim lasts")
+    parser.add_argument("--publish-timeout", type=float, default=RelaySettings.publish_timeout_s,
+                        help="seconds to wait for a batch's confirms")  # fmt: skip
+    parser.add_argument("--poll-interval", type=float, default=RelaySettings.poll_interval_s)
+    parser.add_argument("--prefetch", type=int, default=IngressSettings.prefetch, help="unacked messages per consumer")
+    parser.add_argument("--no-relay", action="store_true", help="run only the ingress consumer")
+    parser.add_argument("--no-ingress", action="store_true", help="run only the outbox relay")
+
+
+def settings_from(args: argparse.Namespace) -> EventSettings:
+    if args.batch_size < 1 or args.prefetch < 1:
+        raise SystemExit("lading relay: --batch-size and --prefetch must be at least 1")
+    if args.publish_timeout <= 0 or args.claim_ttl <= args.publish_timeout:
+        raise SystemExit("lading relay: --claim-ttl must exceed --publish-timeout, which must be positive")
+    return EventSettings(
+        topology=BrokerTopology(prefix=args.topology_prefix),
+        relay=RelaySettings(
+            batch_size=args.batch_size,
+            claim_ttl_s=args.claim_ttl,
+            poll_interval_s=args.poll_interval,
+            publish_timeout_s=args.publish_timeout,
+        ),
+        ingress=IngressSettings(prefetch=args.prefetch),
+    )
+
+
+async def serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay: bool, with_ingress: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    conn = await dbpool.connect(dsn)
+    try:
+        await migrating.migrate(conn)
+    finally:
+        await conn.close()
+    db = await dbpool.create_pool(dsn, min_size=1, max_size=8)
+    try:
+        tasks = []
+        if with_relay:
+            outbox_relay = relay.OutboxRelay(db, amqp_url=amqp_url, settings=settings)
+            tasks.append(asyncio.create_task(outbox_relay.run_forever(stop), name="outbox relay"))
+        if with_ingress:
+            consumer = ingress.IngressConsumer(db, amqp_url=amqp_url, settings=settings)
+            tasks.append(asyncio.create_task(consumer.run_forever(stop), name="ingress consumer"))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            stop.set()
+            for task in done:
+                task.result()  # a loop died: re-raise once the others have stopped
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await db.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        raise SystemExit("lading relay: --database-url or $DATABASE_URL is required")
+    if not args.amqp_url:
+        raise SystemExit(f"lading relay: --amqp-url or ${AMQP_URL_ENV} is required")
+    if args.no_relay and args.no_ingress:
+        raise SystemExit("lading relay: --no-relay and --no-ingress leave nothing to run")
+    asyncio.run(
+        serve(args.database_url, args.amqp_url, settings_from(args),
+              with_relay=not args.no_relay, with_ingress=not args.no_ingress)
+    )  # fmt: skip
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    parser = argparse.ArgumentParser(prog="lading relay", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""
+Repository of the outbox relay and the broker ingress inbox: one function per query in
+`sql/outbox.sql`.
+
+The relay's cycle is claim (one statement, committed) -> publish outside any transaction ->
+mark published or release. The inbox functions run inside the caller's transaction, so the
+record and its effect commit together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from lading.db import queries
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxEvent:
+    """One claimed outbox row, as the relay publishes it."""
+
+    id: int
+    event_id: uuid.UUID
+    aggregate_type: str
+    aggregate_id: int
+    type: str
+    payload: Any
+    created_at: datetime.datetime
+
+
+async def claim_batch(
+        conn: asyncpg.Connection | asyncpg.Pool,
+        *,
+        owner: str,
+        limit: int,
+        ttl_s: float,
+) -> list[OutboxEvent]:
+    """Claim up to `limit` unpublished events for `ttl_s` seconds (SKIP LOCKED), oldest first."""
+    rows = await conn.fetch(queries.sql("outbox_claim_batch"), owner, limit, float(ttl_s))
+    events = [
+        OutboxEvent(
+            id=r["id"],
+            event_id=r["event_id"],
+            aggregate_type=r["aggregate_type"],
+            aggregate_id=r["aggregate_id"],
+            type=r["type"],
+            payload=r["payload"],
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+    events.sort(key=lambda e: e.id)
+    return events
+
+
+async def mark_published(conn: asyncpg.Connection | asyncpg.Pool, *, ids: Sequence[int], owner: str) -> int:
+    """Mark confirmed events published if `owner` still holds their claim; how many were marked."""
+    if not ids:
+        return 0
+    rows = await conn.fetch(queries.sql("outbox_mark_published"), list(ids), owner)
+    return len(rows)
+
+
+async def release(
+        conn: asyncpg.Connection | asyncpg.Pool,
+        *,
+        ids: Sequence[int],
+        owner: str,
+        after_s: float,
+) -> int:
+    """Give unconfirmed events back to any relay after `after_s` seconds; how many were released."""
+    if not ids:
+        return 0
+    rows = await conn.fetch(queries.sql("outbox_release"), list(ids), owner, float(after_s))
+    return len(rows)
+
+
+async def oldest_unpublished_age(conn: asyncpg.Connection | asyncpg.Pool) -> float | None:
+    """Seconds the oldest unpublished event has waited, or None when everything is published."""
+    age: float | None = await conn.fetchval(queries.sql("outbox_oldest_unpublished"))
+    return age
+
+
+async def inbox_record(
+        conn: asyncpg.Connection,
+        *,
+        event_id: uuid.UUID,
+        type: str,
+        digest: str,
+        payload: Any,
+) -> bool:
+    """Record an event in the inbox; False when its id was already recorded (nothing changed)."""
+    inserted = await conn.fetchval(queries.sql("inbox_record"), event_id, type, digest, payload)
+    return inserted is not None
+
+
+async def inbox_digest(conn: asyncpg.Connection, *, event_id: uuid.UUID) -> str | None:
+    """The digest recorded for `event_id`, or None if it is not in the inbox."""
+    digest: str | None = await conn.fetchval(queries.sql("inbox_digest"), event_id)
+    return digest
+
+
+async def quarantine(
+        conn: asyncpg.Connection,
+        *,
+        event_id: uuid.UUID,
+        digest: str,
+        first_digest: str,
+        payload: Any,
+) -> bool:
+    """Keep a conflicting redelivery for an operator; False when this (id, digest) was already kept."""
+    inserted = await conn.fetchval(queries.sql("inbox_quarantine_insert"), event_id, digest, first_digest, payload)
+    return inserted is not None
+
+
+async def wake_batch_pool(conn: asyncpg.Connection, *, batch_id: int) -> bool:
+    """NOTIFY the claimers of the batch's pool at commit; False when the batch is unknown."""
+    rows = await conn.fetch(queries.sql("inbox_wake_batch_pool"), batch_id)
+    return bool(rows)

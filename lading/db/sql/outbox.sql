@@ -1,0 +1,73 @@
+-- The outbox relay and the broker ingress inbox (lading/events/). Claims are leases on the
+-- database clock: a relay that dies mid-batch leaves rows that another relay takes once
+-- claim_until has passed. No statement here is ever held open across a broker publish.
+
+-- name: outbox_claim_batch
+-- Up to $2 committed, unpublished events whose claim is free or expired, oldest first,
+-- claimed by relay $1 for $3 seconds. SKIP LOCKED: concurrent relays take disjoint rows.
+WITH picked AS (
+    SELECT id
+      FROM outbox_events
+     WHERE published_at IS NULL
+       AND (claim_until IS NULL OR claim_until < clock_timestamp())
+     ORDER BY id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_events o
+   SET claim_owner = $1, claim_until = clock_timestamp() + make_interval(secs => $3)
+  FROM picked
+ WHERE o.id = picked.id
+RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.type, o.payload, o.created_at;
+
+-- name: outbox_mark_published
+-- Events $1 the broker confirmed, still claimed by relay $2. A relay whose claim expired and
+-- was taken over marks nothing: the new owner publishes again (consumers dedup by event_id).
+UPDATE outbox_events
+   SET published_at = clock_timestamp(), claim_owner = NULL, claim_until = NULL
+ WHERE id = ANY($1::bigint[])
+   AND claim_owner = $2
+   AND published_at IS NULL
+RETURNING id;
+
+-- name: outbox_release
+-- Events $1 that relay $2 could not get confirmed: free them after $3 seconds (0 = at once,
+-- after a lost connection; longer after a nack or a return, so a refused event does not spin).
+UPDATE outbox_events
+   SET claim_until = clock_timestamp() + make_interval(secs => $3)
+ WHERE id = ANY($1::bigint[])
+   AND claim_owner = $2
+   AND published_at IS NULL
+RETURNING id;
+
+-- name: outbox_oldest_unpublished
+-- Age in seconds of the oldest unpublished event (NULL when none), from the unpublished index.
+SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s
+  FROM outbox_events
+ WHERE published_at IS NULL
+ ORDER BY id
+ LIMIT 1;
+
+-- name: inbox_record
+-- Record event $1 unless its id is already there. Returns the row only when inserted.
+INSERT INTO execution_inbox (event_id, type, digest, payload)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id;
+
+-- name: inbox_digest
+-- The digest recorded for event $1 (a redelivery compares against it).
+SELECT digest FROM execution_inbox WHERE event_id = $1;
+
+-- name: inbox_quarantine_insert
+-- A redelivery of event $1 with digest $2 that differs from the recorded $3. Kept once per
+-- (event, digest); returns the row only the first time.
+INSERT INTO inbox_quarantine (event_id, digest, first_digest, payload)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (event_id, digest) DO NOTHING
+RETURNING event_id;
+
+-- name: inbox_wake_batch_pool
+-- Wake the claimers of the pool that batch $1 belongs to (takes effect at commit). The pool
+-- comes from the batch row, never from the message.
+SELECT pg_notify('lading_jobs', b.pool) FROM batches b WHERE b.id = $1;

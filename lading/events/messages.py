@@ -1,0 +1,111 @@
+"""
+The wire format of events, both ways.
+
+Out (relay): one persistent AMQP message per outbox row. `message_id` is the row's `event_id`
+(the consumers' dedup key), `type` and the routing key are the event type, the body is the
+payload as JSON, and headers carry the tenant, batch and job ids for tracing.
+
+In (ingress): a message is an event only if it has a UUID `message_id`, a versioned type
+(`batch.accepted.v1`) and a JSON object body of bounded size; the types the ingress acts on
+must also carry the ids it needs. Anything else is `Unparseable` and goes to the dead-letter
+queue. The digest that decides "same event" is over the type and the canonical payload
+(sorted keys), so it does not depend on how a producer spaced or ordered its JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import uuid
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+import orjson
+
+from lading import errors
+from lading.db import outbox
+
+MAX_BODY_BYTES = 1 << 20
+"""Largest event body the ingress accepts (1 MiB). Events carry ids and states, not documents."""
+BATCH_ACCEPTED = "batch.accepted.v1"
+_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$")
+_TRACE_HEADERS = {"tenant": "lading-tenant", "batch_id": "lading-batch-id", "job_id": "lading-job-id"}
+
+
+class Unparseable(errors.PermanentError):
+    """A broker message that is not a Lading event; the message says what was wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A validated incoming event."""
+
+    event_id: uuid.UUID
+    type: str
+    payload: dict[str, Any]
+    digest: str
+    redelivered: bool = False
+
+
+def digest(*, type: str, payload: Any) -> str:
+    """sha256 over the type and the canonical JSON of the payload."""
+    canonical = orjson.dumps({"type": type, "payload": payload}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def to_message(event: outbox.OutboxEvent) -> aio_pika.Message:
+    """The persistent AMQP message for one outbox row."""
+    headers: dict[str, Any] = {"lading-aggregate": f"{event.aggregate_type}/{event.aggregate_id}"}
+    if isinstance(event.payload, dict):
+        for key, header in _TRACE_HEADERS.items():
+            value = event.payload.get(key)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                headers[header] = value
+    return aio_pika.Message(
+        body=orjson.dumps(event.payload),
+        message_id=str(event.event_id),
+        type=event.type,
+        content_type="application/json",
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        timestamp=event.created_at,
+        headers=headers,
+    )
+
+
+def parse(message: aio_pika.abc.AbstractIncomingMessage) -> Event:
+    """The event a message carries, or `Unparseable` naming what is wrong with it."""
+    if not message.message_id:
+        raise Unparseable("message has no message_id (the event id)")
+    try:
+        event_id = uuid.UUID(message.message_id)
+    except ValueError:
+        raise Unparseable(f"message_id {message.message_id[:64]!r} is not a UUID") from None
+    type_ = message.type or message.routing_key or ""
+    if not _TYPE.match(type_) or len(type_) > 200:
+        raise Unparseable(f"event type {type_[:64]!r} is not a versioned event type such as {BATCH_ACCEPTED!r}")
+    if len(message.body) > MAX_BODY_BYTES:
+        raise Unparseable(f"event {event_id} body is {len(message.body)} bytes; the limit is {MAX_BODY_BYTES}")
+    try:
+        payload = orjson.loads(message.body)
+    except orjson.JSONDecodeError as exc:
+        raise Unparseable(f"event {event_id} body is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise Unparseable(f"event {event_id} body is JSON {type(payload).__name__}, not an object")
+    _require_ids(event_id, type_, payload)
+    return Event(
+        event_id=event_id,
+        type=type_,
+        payload=payload,
+        digest=digest(type=type_, payload=payload),
+        redelivered=bool(message.redelivered),
+    )
+
+
+def _require_ids(event_id: uuid.UUID, type_: str, payload: dict[str, Any]) -> None:
+    needed = ("batch_id",) if type_ == BATCH_ACCEPTED else ("job_id",) if type_.startswith("extraction.") else ()
+    for key in needed:
+        value = payload.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise Unparseable(f"event {event_id} of type {type_} has no positive integer {key!r}")
