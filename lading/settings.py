@@ -72,3 +72,82 @@ class WorkerSettings:
     shutdown_grace_s: float = 20.0
     """On SIGTERM: stop claiming, let in-flight attempts finish this long, then leave the rest
     to lease expiry. Below Kubernetes' default 30 s termination grace period."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerTopology:
+    """Names and arguments of what Lading declares on RabbitMQ (lading/events/topology.py).
+
+    Changing an argument of an existing queue makes the declaration fail (PRECONDITION_FAILED):
+    RabbitMQ never changes a queue's arguments in place. See docs/events.md."""
+
+    prefix: str = ""
+    """Put in front of every name below, e.g. `staging.`; isolates several installations (or test
+    runs) on one vhost."""
+    exchange: str = "lading.events"
+    """Durable topic exchange the relay publishes to; the routing key is the event type."""
+    ingress_queue: str = "lading.ingress"
+    """Quorum queue the ingress consumer reads."""
+    dead_letter_exchange: str = "lading.dlx"
+    """Fanout exchange the ingress queue dead-letters to (rejected or over the delivery limit)."""
+    dead_letter_queue: str = "lading.ingress.dead"
+    """Quorum queue holding dead letters until an operator looks at them."""
+    ingress_bindings: tuple[str, ...] = ("batch.accepted.v1", "extraction.*.v1")
+    """Routing keys bound to the ingress queue. An event type matching none of them is returned
+    to the relay as unroutable and stays unpublished, which shows as outbox age: add a binding."""
+    delivery_limit: int = 20
+    """`x-delivery-limit`: deliveries of one message before it is dead-lettered. RabbitMQ 3.10 has
+    no default (unlimited), so a poison message would loop forever; 20 rides out consumer restarts."""
+    max_length: int = 100_000
+    """`x-max-length` of both queues. With `x-overflow: reject-publish` a full queue nacks the relay's
+    publishes, and the events wait in the outbox (durable) instead of being dropped."""
+
+    def name(self, base: str) -> str:
+        return f"{self.prefix}{base}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RelaySettings:
+    batch_size: int = 100
+    """Events claimed and published per round. Confirms are awaited for the whole batch at once,
+    so this is also the bound on unconfirmed publishes in flight."""
+    claim_ttl_s: float = 30.0
+    """How long a claimed batch belongs to one relay. A relay that dies mid-batch delays those
+    events by at most this long; it must exceed `publish_timeout_s`."""
+    poll_interval_s: float = 0.5
+    """Sleep between rounds that found fewer events than a full batch."""
+    publish_timeout_s: float = 10.0
+    """Wait this long for a batch's confirms; the unconfirmed events are then released and the
+    connection is rebuilt (a confirm that never comes usually means a dead connection)."""
+    refused_retry_s: float = 5.0
+    """A nacked or returned (unroutable) event is retried after this long, not at once."""
+    reconnect_base_s: float = 0.5
+    """First wait after the broker went away (full jitter, doubling)."""
+    reconnect_cap_s: float = 30.0
+    """Longest wait between reconnection attempts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IngressSettings:
+    prefetch: int = 32
+    """Unacked messages the broker sends ahead to one consumer (basic.qos). Bounds memory and the
+    redeliveries after a consumer crash."""
+    retry_base_s: float = 0.5
+    """First wait when the database refuses an inbox transaction (full jitter, doubling). The
+    message stays unacked meanwhile, so its delivery count does not grow."""
+    retry_cap_s: float = 30.0
+    """Longest wait between inbox transaction attempts."""
+    reconnect_base_s: float = 0.5
+    """First wait after the broker went away (full jitter, doubling)."""
+    reconnect_cap_s: float = 30.0
+    """Longest wait between reconnection attempts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EventSettings:
+    """The outbox relay and the ingress consumer. Both run only when a broker URL is given; the
+    URL carries a password, so it is passed beside these settings, never inside them."""
+
+    topology: BrokerTopology = dataclasses.field(default_factory=BrokerTopology)
+    relay: RelaySettings = dataclasses.field(default_factory=RelaySettings)
+    ingress: IngressSettings = dataclasses.field(default_factory=IngressSettings)
