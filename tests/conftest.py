@@ -110,6 +110,14 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
             await conn.close()
 
 
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """A reachable RabbitMQ (tests/support/broker.py): $AMQP_URL, the local broker, or one started here."""
+    from tests.support import broker
+
+    return broker.amqp_url()
+
+
 @pytest.fixture
 async def dbpool(db: asyncpg.Connection, database_url: str) -> AsyncIterator[asyncpg.Pool]:
     p = await pool.create_pool(database_url, min_size=1, max_size=20)
