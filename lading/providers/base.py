@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from lading.ids import JobId
 
@@ -26,6 +26,10 @@ class Document:
     previous_error_class: str | None = None
     """How the job's previous attempt failed, if it did (e.g. OUTPUT_TRUNCATED): a provider may
     adapt the retry, such as a larger output budget after a truncated answer."""
+
+
+RATE_LIMITED: Final = "RATE_LIMITED"
+"""The error class of a 429: the executor cools the whole pool down through the shared limiter."""
 
 
 class OutcomeClass(enum.StrEnum):

@@ -93,7 +93,7 @@ KEEPALIVE_S = 4.0
 request is never written into a connection the server is closing (that would be ambiguous)."""
 
 # Error classes (Outcome.error_class). UPPER_SNAKE, stable: metrics and job rows carry them.
-RATE_LIMITED: Final = "RATE_LIMITED"
+RATE_LIMITED: Final = base.RATE_LIMITED
 SERVER_ERROR: Final = "SERVER_ERROR"
 REQUEST_TIMEOUT: Final = "REQUEST_TIMEOUT"
 AUTH_FAILED: Final = "AUTH_FAILED"

@@ -29,9 +29,10 @@ import random
 import time
 from collections.abc import Callable
 
+import asyncpg
 import prometheus_client
 
-from lading import errors, failpoints, metrics
+from lading import errors, failpoints, limiting, metrics
 from lading.db import jobs
 from lading.jobs import retry, transitions
 from lading.providers import base
@@ -40,6 +41,9 @@ from lading.validation import policies
 
 POOL_PAUSE_DEFAULT_S = 60.0
 """How long a pool pauses when its endpoint refuses everyone and says nothing about when to come back."""
+
+RATE_LIMIT_COOLDOWN_DEFAULT_S = 5.0
+"""How long a pool cools down after a 429 that did not say when to come back."""
 
 TRUNCATED = "OUTPUT_TRUNCATED"
 """The error class providers give an answer cut off by the output budget (finish_reason length)."""
@@ -50,6 +54,9 @@ class Executor:
     provider: base.Provider
     settings: AttemptSettings
     rand: Callable[[], float] = random.random
+    limiter: limiting.PoolLimiter | None = None
+    """The pool's shared request/token/concurrency limits; None for pools without an upstream (builtin)."""
+    _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
 
     async def run(
             self,
@@ -79,6 +86,19 @@ class Executor:
             tenant=job.tenant,
             previous_error_class=job.previous_error_class,
         )
+        permit: limiting.Permit | None = None
+        if self.limiter is not None:
+            try:
+                permit = await self.limiter.acquire(
+                    job_id=job.id, fence=job.fence, tokens=limiting.estimate_tokens(
+                        job.text or "", max_output_tokens=getattr(self.provider, "max_output_tokens", 1024)
+                    ),
+                )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                # Nothing was sent: safe to retry, like a connection error before the request.
+                return base.Outcome.failed(
+                    base.OutcomeClass.TRANSIENT, error_class="LIMITER_UNAVAILABLE", error=str(exc)[:500]
+                ), 0.0
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.settings.timeout_s):
@@ -89,13 +109,36 @@ class Executor:
                 error_class="AttemptTimeout",
                 error=f"no answer within {self.settings.timeout_s:g} s; the request may have been billed",
             )
+        except asyncio.CancelledError:
+            if permit is not None and self.limiter is not None:
+                # Cancelled mid-call (lease lost, shutdown): free the slot now, keep the tokens.
+                self._releasing.add(task := asyncio.create_task(self.limiter.release(permit, tokens_used=None)))
+                task.add_done_callback(self._releasing.discard)
+            raise
         except Exception as exc:  # a provider bug must not kill the worker; the retry policy bounds it
             outcome = base.Outcome.failed(
                 base.OutcomeClass.TRANSIENT, error_class="ProviderError", error=f"{type(exc).__name__}: {exc}"[:500]
             )
         elapsed = time.monotonic() - started
         self._latency_metric(job.pool).observe(elapsed)
+        if permit is not None and self.limiter is not None:
+            await self._settle(self.limiter, permit, outcome)
         return outcome, elapsed
+
+    @staticmethod
+    async def _settle(limiter: limiting.PoolLimiter, permit: limiting.Permit, outcome: base.Outcome) -> None:
+        """Release the permit with the tokens really used; a 429 cools the whole pool down."""
+        known = outcome.tokens_in is not None and outcome.tokens_out is not None
+        if outcome.outcome is base.OutcomeClass.TIMEOUT_AMBIGUOUS or not known:
+            tokens_used = None  # sent, maybe billed, or the provider did not say: the reservation stands
+        else:
+            tokens_used = (outcome.tokens_in or 0) + (outcome.tokens_out or 0)
+        try:
+            await limiter.release(permit, tokens_used=tokens_used)
+            if outcome.error_class == base.RATE_LIMITED:
+                await limiter.cool_down(outcome.retry_after_s or RATE_LIMIT_COOLDOWN_DEFAULT_S)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            pass  # the permit expires by itself; the outcome must still be committed
 
     @functools.cache  # noqa: B019 - one executor per worker, a handful of pools: bounded
     def _latency_metric(self, pool: str) -> prometheus_client.Histogram:

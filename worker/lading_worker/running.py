@@ -23,6 +23,7 @@ import socket
 
 import asyncpg
 
+from lading import limiting
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.ids import PoolName, WorkerId
@@ -67,6 +68,14 @@ class Worker:
             raise PoolNotFound(f"InferencePool {self.settings.pool} is not registered")
         return factory.for_pool(pool, api_key=self._api_key)
 
+    async def _limiter(self, pool: PoolName) -> limiting.PoolLimiter | None:
+        """The pool's shared limiter; none for builtin pools, which have no upstream to protect."""
+        async with self.db.acquire() as conn:
+            row = await registry.get_pool(conn, name=pool)
+        if row is None or row.provider == "builtin":
+            return None
+        return limiting.PoolLimiter(self.db, pool=pool, limits=limiting.Limits.from_spec(row.spec))
+
     async def run(self, stop: asyncio.Event) -> None:
         provider = await self._provider()
         try:
@@ -79,7 +88,7 @@ class Worker:
         s = self.settings
         pool = PoolName(s.pool)
         committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
-        executor = executing.Executor(provider=provider, settings=s.attempt)
+        executor = executing.Executor(provider=provider, settings=s.attempt, limiter=await self._limiter(pool))
         claimer = claiming.Claimer(
             self.db,
             self.inflight,
