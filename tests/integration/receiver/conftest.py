@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-
 from lading_webhook_receiver import serving
+
 from tests.integration.receiver import deliveries
 
 Post = Callable[..., Awaitable[tuple[int, dict[str, Any], Any]]]

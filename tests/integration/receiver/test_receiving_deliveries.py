@@ -8,8 +8,8 @@ import time
 
 import aiohttp
 import asyncpg
+from lading_webhook_receiver import inbox, ledger, serving, settings
 
-from lading_webhook_receiver import inbox, ledger, serving
 from tests.integration.receiver import deliveries
 from tests.integration.receiver.conftest import Post
 
@@ -54,6 +54,7 @@ async def test_the_same_delivery_id_with_another_body_is_a_409_conflict_and_an_a
     assert status == 409 and answer["error"] == "delivery-conflict"
     assert await _rows(db) == (1, 1)
     assert await db.fetchval("SELECT total FROM ledger_invoices") == 118
+    assert await db.fetchval("SELECT reference FROM ledger_invoices") == first["reference"]
     assert receiver.counts().rejected == {"delivery-conflict": 1}
     assert receiver.observed.registry.get_sample_value("lading_receiver_delivery_conflicts_total") == 1
     assert "999.00" not in str(getattr(caplog, "text", ""))  # the log names digests, never the body
@@ -109,7 +110,7 @@ async def test_timestamps_outside_the_tolerance_are_refused_both_ways(
 async def test_an_oversized_body_is_refused_before_it_is_read(
         db: asyncpg.Connection, database_url: str, http: aiohttp.ClientSession, secret: str
 ) -> None:
-    config = serving.settings.ReceiverSettings(max_body_bytes=4096)
+    config = settings.ReceiverSettings(max_body_bytes=4096)
     async with serving.receiving(database_url=database_url, secrets=[secret], config=config) as server:
         big = deliveries.event_body(result=deliveries.invoice(supplier="x" * 300) | {"evidence": {"a": "y" * 5000}})
         headers = deliveries.signed(big, secret=secret, delivery_id="msg_big")
