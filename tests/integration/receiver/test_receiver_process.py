@@ -58,6 +58,52 @@ async def test_lading_receiver_serves_signed_deliveries_and_stops_cleanly_on_sig
         await processes.stop(process)
 
 
+async def _start(database_url: str, *, secret: str, failpoints: str = "") -> tuple[asyncio.subprocess.Process, str]:
+    extra = {"LADING_FAILPOINTS": failpoints} if failpoints else {}
+    process = await asyncio.create_subprocess_exec(
+        *LADING, "receiver", "--port", "0", "--database-url", database_url,
+        env=processes.environment(LADING_RECEIVER_SECRETS=secret, **extra), cwd=processes.ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert process.stdout is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+    match = re.search(r"listening on (\S+) ", line)
+    assert match, line
+    return process, match[1]
+
+
+@pytest.mark.slow
+async def test_a_receiver_killed_after_its_commit_books_once_when_the_delivery_comes_again(
+        db: asyncpg.Connection, database_url: str
+) -> None:
+    secret = deliveries.new_secret()
+    body = deliveries.event_body()
+    headers = deliveries.signed(body, secret=secret, delivery_id="msg_killed")
+    process, url = await _start(database_url, secret=secret, failpoints="receiver.after_commit_before_response=kill")
+    try:
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ClientError):  # SIGKILL: the connection drops, no answer
+                async with http.post(url, data=body, headers=headers) as response:
+                    await response.read()
+        assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGKILL
+    finally:
+        await processes.stop(process)
+    assert await ledger.count(db) == 1
+
+    process, url = await _start(database_url, secret=secret)
+    try:
+        async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
+            assert response.status == 200
+            answer = await response.json()
+        stored = await db.fetchval("SELECT reference FROM ledger_invoices")
+        assert answer == {"status": "duplicate", "reference": stored}
+        assert await ledger.count(db) == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 30)
+        await processes.stop(process)
+
+
 def _lading(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*LADING, *args], env=processes.environment(**env), cwd=processes.ROOT, capture_output=True, text=True,
