@@ -8,3 +8,5 @@ Fence = NewType("Fence", int)
 WorkerId = NewType("WorkerId", str)
 TenantName = NewType("TenantName", str)
 PoolName = NewType("PoolName", str)
+DeliveryId = NewType("DeliveryId", uuid.UUID)
+"""A delivery's id: the `webhook-id` of every attempt of it (lading/delivery)."""

@@ -151,3 +151,45 @@ class EventSettings:
     topology: BrokerTopology = dataclasses.field(default_factory=BrokerTopology)
     relay: RelaySettings = dataclasses.field(default_factory=RelaySettings)
     ingress: IngressSettings = dataclasses.field(default_factory=IngressSettings)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliverySettings:
+    """The delivery dispatcher (lading/delivery/dispatching.py). Retry budgets come from each
+    DeliveryEndpoint's `retryBudget`; the rest is here."""
+
+    concurrency: int = 64
+    """Deliveries claimed and in flight at once per dispatcher. Requests are coroutines; the
+    budget is the receivers' patience, not ours."""
+    poll_interval_s: float = 0.5
+    """Sleep between polls that found nothing due: the delay of a new delivery at worst."""
+    connect_timeout_s: float = 5.0
+    """Connecting (TCP and TLS). A connect that fails never reached the receiver: a safe retry."""
+    read_timeout_s: float = 10.0
+    """Waiting for the receiver's answer, and between chunks of it. A time-out after the request
+    was sent leaves the outcome unknown."""
+    total_timeout_s: float = 20.0
+    """Upper bound of one attempt. The lease is longer (see lease_ttl_s)."""
+    lease_ttl_s: float = 60.0
+    """How long a claim is owned. Longer than total_timeout_s plus a slow commit, so a live
+    dispatcher always records its own outcome; a dead one's deliveries are reaped after this."""
+    max_body_bytes: int = 1024 * 1024
+    """A body larger than this is not sent (FAILED_TERMINAL BodyTooLarge): one invoice is kilobytes."""
+    max_response_bytes: int = 64 * 1024
+    """At most this much of an answer is read; the rest is dropped with the connection."""
+    backoff_base_s: float = 2.0
+    """First retry waits up to this long (full jitter, lading.jobs.retry)."""
+    backoff_cap_s: float = 600.0
+    """No retry waits longer, unless the receiver's Retry-After asks for longer."""
+    breaker_threshold: int = 5
+    """Consecutive failed attempts (5xx, 429, 401/403, network) that open an endpoint's breaker."""
+    breaker_cooldown_s: float = 10.0
+    """First open period; each further opening without a success doubles it, up to breaker_cooldown_cap_s."""
+    breaker_cooldown_cap_s: float = 300.0
+    """Longest open period: a recovered ERP is probed at least this often."""
+    auth_failing_threshold: int = 3
+    """Consecutive 401/403 answers that set the endpoint's AuthFailing condition."""
+    reap_interval_s: float = 5.0
+    """How often in-flight deliveries whose lease ran out are looked for."""
+    health_interval_s: float = 5.0
+    """How often per-endpoint counts (UNKNOWN_EXTERNAL, waiting for a secret) refresh the metrics."""

@@ -522,6 +522,7 @@ class WorkerSettings(_Spec):
         default=10,
         ge=1,
         le=1000,
+        validate_default=True,  # minReplicas 11 without maxReplicas must fail too
         description="Most worker replicas. Must be at least minReplicas.",
     )
     concurrency: int = pydantic.Field(

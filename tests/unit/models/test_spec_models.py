@@ -416,3 +416,9 @@ def test_every_spec_field_has_a_description_for_the_crd(model: type[pydantic.Bas
     undocumented = [name for name, prop in properties if not prop.get("description")]
     assert undocumented == []
     assert all(not name.count("_") for name, _ in properties), "YAML names are camelCase"
+
+
+def test_min_replicas_above_the_default_max_is_rejected() -> None:
+    # The CRD's CEL rule sees the defaulted maxReplicas (10); the model must agree.
+    with pytest.raises(pydantic.ValidationError, match=r"maxReplicas \(10\) must be at least minReplicas \(11\)"):
+        specs.WorkerSettings.model_validate({"minReplicas": 11})
