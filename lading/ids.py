@@ -1,5 +1,6 @@
 """Typed identifiers, so a job id is never passed where a fence is expected."""
 
+import uuid
 from typing import NewType
 
 JobId = NewType("JobId", int)
