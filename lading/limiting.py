@@ -65,6 +65,10 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class LimiterSettings:
+    window_s: float = 61.0
+    """The window the per-minute limits are counted over. A second longer than the provider's minute:
+    a request is counted here when its permit is granted and there when it arrives, a little later;
+    with equal windows the provider could see one request more than the limit in its own 60 s."""
     permit_ttl_s: float = 150.0
     """A permit not released within this time frees itself (its worker crashed). Longer than any
     attempt's timeout plus the lease, so a live, slow call never loses its permit."""
@@ -142,7 +146,7 @@ class PoolLimiter:
                 queries.sql("limiter_try_acquire"),
                 self.pool, job_id, fence, tokens,
                 limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
-                self.settings.permit_ttl_s,
+                self.settings.permit_ttl_s, self.settings.window_s,
             )
         assert row is not None  # an aggregate without GROUP BY: one row
         await self._maybe_prune()

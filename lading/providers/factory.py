@@ -20,7 +20,9 @@ class MissingApiKey(ValueError):
     """The pool references an API key Secret, but no key was passed in."""
 
 
-def for_pool(pool: registry.Pool, *, api_key: str | None = None) -> base.Provider:
+def for_pool(pool: registry.Pool, *, api_key: str | None = None, base_url: str | None = None) -> base.Provider:
+    """The provider of a pool. `base_url` is where a vLLM pool's Service answers: the operator sets it
+    in the worker Deployment ($LADING_PROVIDER_URL), since a vLLM pool's spec has no endpoint."""
     if pool.provider == "builtin":
         latency_ms = int((pool.spec.get("builtin") or {}).get("latencyMs", 0))
         return builtin.BuiltinProvider(latency_s=latency_ms / 1000)
@@ -33,4 +35,12 @@ def for_pool(pool: registry.Pool, *, api_key: str | None = None) -> base.Provide
         if endpoint.get("apiKeySecretRef") is not None and not api_key:
             raise MissingApiKey(f"pool {pool.name}: endpoint.apiKeySecretRef is set but no API key was given")
         return openai_compatible.OpenAICompatibleProvider(base_url=url, model=model, api_key=api_key)
+    if pool.provider == "vllm":
+        model = pool.model or pool.spec.get("model")
+        if not base_url or not model:
+            raise UnsupportedProvider(
+                f"pool {pool.name}: a vllm pool needs the URL of its vLLM Service (LADING_PROVIDER_URL) and a model"
+            )
+        # vLLM speaks the OpenAI API; it has no key unless the Deployment was given one.
+        return openai_compatible.OpenAICompatibleProvider(base_url=base_url, model=model, api_key=api_key)
     raise UnsupportedProvider(f"pool {pool.name}: provider {pool.provider!r} is not available in this build")

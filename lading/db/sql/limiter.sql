@@ -11,16 +11,16 @@ SELECT cooldown_until, cooldown_until > clock_timestamp() AS cooling,
 -- name: limiter_try_acquire
 -- One request + $4 reserved tokens + one in-flight permit of pool $1, all three or none, under
 -- limits $5 requests/min, $6 tokens/min, $7 concurrent; for job $2 at fence $3, expiring after
--- $8 seconds. Returns the permit id (NULL when refused) and the usage that decided.
+-- $8 seconds, counting the last $9 seconds as the window. Returns the permit id (NULL when refused) and the usage that decided.
 WITH usage AS (
-    SELECT count(*) FILTER (WHERE acquired_at > clock_timestamp() - interval '60 seconds') AS requests,
+    SELECT count(*) FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)) AS requests,
            coalesce(sum(coalesce(tokens_used, tokens_reserved))
-                    FILTER (WHERE acquired_at > clock_timestamp() - interval '60 seconds'), 0) AS tokens,
+                    FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)), 0) AS tokens,
            count(*) FILTER (WHERE released_at IS NULL AND expires_at > clock_timestamp()) AS in_flight,
-           min(acquired_at) FILTER (WHERE acquired_at > clock_timestamp() - interval '60 seconds') AS oldest
+           min(acquired_at) FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)) AS oldest
       FROM limiter_permits
      WHERE pool = $1
-       AND (acquired_at > clock_timestamp() - interval '60 seconds'
+       AND (acquired_at > clock_timestamp() - make_interval(secs => $9)
             OR (released_at IS NULL AND expires_at > clock_timestamp()))
 ), granted AS (
     INSERT INTO limiter_permits (pool, job_id, fence, tokens_reserved, expires_at)
@@ -30,7 +30,7 @@ WITH usage AS (
     RETURNING id
 )
 SELECT (SELECT id FROM granted) AS permit_id, u.requests, u.tokens, u.in_flight,
-       extract(epoch FROM u.oldest + interval '60 seconds' - clock_timestamp())::float8 AS window_frees_in_s
+       extract(epoch FROM u.oldest + make_interval(secs => $9) - clock_timestamp())::float8 AS window_frees_in_s
   FROM usage u;
 
 -- name: limiter_release

@@ -45,18 +45,27 @@ async def test_concurrency_is_never_exceeded_across_replicas(replicas: list[asyn
     limiters = [limiter(p, concurrency=limit) for p in replicas]
     holding = 0
     most = 0
+    release = asyncio.Event()  # the "model calls" hold their permits until the limit has been reached
 
     async def attempt(lim: limiting.PoolLimiter) -> None:
         nonlocal holding, most
         permit = await lim.acquire(job_id=JobId(next(_job_ids)), fence=1, tokens=10)
         holding += 1
         most = max(most, holding)
-        await asyncio.sleep(0.01)  # the "model call": holds the permit across other tasks' turns
+        await release.wait()
+        await asyncio.sleep(0.005)
         holding -= 1
         await lim.release(permit, tokens_used=10)
 
     async with asyncio.timeout(60):
-        await asyncio.gather(*(attempt(limiters[i % 3]) for i in range(90)))
+        tasks = [asyncio.create_task(attempt(limiters[i % 3])) for i in range(60)]
+
+        async def saturated() -> bool:
+            return holding == limit
+
+        await waiting.until(saturated, timeout_s=30)
+        release.set()
+        await asyncio.gather(*tasks)
     assert most == limit  # reached, never passed
 
 

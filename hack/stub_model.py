@@ -1,0 +1,214 @@
+"""
+A stub model server that behaves like vLLM behind an OpenAI-compatible API, for tests,
+benchmarks and `lading run` demos without a GPU. Loopback only.
+
+    python hack/stub_model.py --port 0 --latency-ms 200 --rpm 600 --tpm 200000 --concurrency 32
+
+It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts connections.
+
+- `POST /v1/chat/completions`: reads the delimited document from the user message and answers
+  with what Lading's builtin rule-based extractor finds in it, after a latency drawn from
+  `--latency-ms` ± `--jitter-ms`; `usage` reports prompt and completion tokens (characters / 4).
+- `GET /v1/models`: the served model.
+- `GET /metrics`: vLLM's metric names: `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+  `vllm:kv_cache_usage_perc` (and the older `vllm:gpu_cache_usage_perc`).
+- Its own limits, like a hosted API: more than `--rpm` requests or `--tpm` tokens in any 60 s, or
+  more than `--concurrency` at once, get a 429 with Retry-After. Tokens are counted when the
+  request arrives (prompt + the completion it will produce).
+- Faults on demand: `POST /admin/faults` with `{"kind": "429"|"500"|"401"|"malformed"|"truncated"|
+  "hang", "count": N, "retry_after": S}` makes the next N requests fail that way.
+- `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window,
+  most concurrent requests, and each request's arrival time (unix seconds, last 10,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+import re
+import socket
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from lading.providers import builtin
+
+WINDOW_S = 60.0
+DOCUMENT = re.compile(r"<document-([0-9a-f]+)>\n(.*)\n</document-\1>", re.DOTALL)
+
+
+class Stub:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.in_flight = 0
+        self.max_concurrent = 0
+        self.window: collections.deque[tuple[float, int]] = collections.deque()  # (arrival, tokens) admitted
+        self.window_tokens = 0
+        self.max_window_requests = 0
+        self.max_window_tokens = 0
+        self.statuses: collections.Counter[int] = collections.Counter()
+        self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
+        self.faults: list[dict[str, Any]] = []
+        self.closing = asyncio.Event()
+
+    def _expire(self, now: float) -> None:
+        while self.window and self.window[0][0] <= now - WINDOW_S:
+            self.window_tokens -= self.window.popleft()[1]
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
+        self.arrivals.append(arrived)
+        body = await request.json()
+        fault = self._next_fault()
+        if fault is not None:
+            return await self._fault(fault)
+        user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
+        match = DOCUMENT.search(user)
+        outcome = builtin.extract_text(match[2] if match else user)
+        content = json.dumps(outcome.result if outcome.result is not None else {})
+        prompt_tokens = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4
+        completion_tokens = len(content) // 4
+        tokens = prompt_tokens + completion_tokens
+
+        self._expire(arrived)
+        a = self.args
+        if self.in_flight + 1 > a.concurrency:
+            return self._too_many("concurrency", 1)
+        if len(self.window) + 1 > a.rpm or self.window_tokens + tokens > a.tpm:
+            retry_after = max(1, int(self.window[0][0] + WINDOW_S - arrived + 1)) if self.window else 1
+            return self._too_many("rate", retry_after)
+        self.window.append((arrived, tokens))
+        self.window_tokens += tokens
+        self.max_window_requests = max(self.max_window_requests, len(self.window))
+        self.max_window_tokens = max(self.max_window_tokens, self.window_tokens)
+
+        self.in_flight += 1
+        self.max_concurrent = max(self.max_concurrent, self.in_flight)
+        try:
+            latency = max(0.0, random.gauss(a.latency_ms, a.jitter_ms) / 1000) if a.jitter_ms else a.latency_ms / 1000
+            await asyncio.sleep(latency)
+        finally:
+            self.in_flight -= 1
+        self.statuses[200] += 1
+        return web.json_response({
+            "id": "chatcmpl-stub", "object": "chat.completion", "created": int(arrived), "model": a.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": tokens},
+        })
+
+    def _too_many(self, why: str, retry_after: int) -> web.Response:
+        self.statuses[429] += 1
+        return web.json_response(
+            {"error": {"message": f"stub {why} limit exceeded", "type": "rate_limit_exceeded"}},
+            status=429, headers={"Retry-After": str(retry_after)},
+        )
+
+    def _next_fault(self) -> dict[str, Any] | None:
+        if not self.faults:
+            return None
+        fault = self.faults[0]
+        fault["count"] -= 1
+        if fault["count"] <= 0:
+            self.faults.pop(0)
+        return fault
+
+    async def _fault(self, fault: dict[str, Any]) -> web.StreamResponse:
+        kind = fault["kind"]
+        if kind == "429":
+            self.statuses[429] += 1
+            return web.json_response({"error": {"message": "injected 429", "type": "rate_limit_exceeded"}},
+                                     status=429, headers={"Retry-After": str(fault.get("retry_after", 1))})
+        if kind in ("500", "401"):
+            self.statuses[int(kind)] += 1
+            return web.json_response({"error": {"message": f"injected {kind}", "type": "InjectedError"}},
+                                     status=int(kind))
+        if kind == "hang":
+            await self.closing.wait()
+            raise web.HTTPServiceUnavailable()
+        content = "{\"invoice_number\": " if kind == "truncated" else "this is not json"
+        self.statuses[200] += 1
+        return web.json_response({
+            "id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": self.args.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "length" if kind == "truncated" else "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        })
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.args.model, "object": "model"}]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        slots = max(1, self.args.concurrency)
+        usage = min(1.0, self.in_flight / slots)
+        labels = f'{{model_name="{self.args.model}"}}'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{labels} {self.in_flight}",
+            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{labels} 0",
+            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{labels} {usage}",
+            "# TYPE vllm:gpu_cache_usage_perc gauge", f"vllm:gpu_cache_usage_perc{labels} {usage}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def add_fault(self, request: web.Request) -> web.Response:
+        fault = await request.json()
+        if fault.get("kind") not in ("429", "500", "401", "malformed", "truncated", "hang"):
+            return web.json_response({"error": "kind must be 429, 500, 401, malformed, truncated or hang"}, status=400)
+        self.faults.append({"kind": fault["kind"], "count": int(fault.get("count", 1)),
+                            "retry_after": fault.get("retry_after", 1)})
+        return web.json_response({"queued": len(self.faults)})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "requests": len(self.arrivals), "statuses": {str(k): v for k, v in self.statuses.items()},
+            "max_window_requests": self.max_window_requests, "max_window_tokens": self.max_window_tokens,
+            "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
+        })
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stub = Stub(args)
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", stub.chat)
+    app.router.add_get("/v1/models", stub.models)
+    app.router.add_get("/metrics", stub.metrics)
+    app.router.add_post("/admin/faults", stub.add_fault)
+    app.router.add_get("/admin/stats", stub.stats)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    await web.SockSite(runner, sock, backlog=1024).start()
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True)
+    try:
+        await asyncio.Event().wait()  # until SIGTERM/SIGINT (aiohttp's runner handles them)
+    finally:
+        stub.closing.set()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model", default="stub-model")
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--jitter-ms", type=float, default=0.0)
+    parser.add_argument("--rpm", type=int, default=1_000_000)
+    parser.add_argument("--tpm", type=int, default=1_000_000_000)
+    parser.add_argument("--concurrency", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
