@@ -1,0 +1,112 @@
+"""
+The operator process: database pool, API client, kopf's settings and handlers, health endpoints.
+
+`operate(settings)` runs until `stop_flag` is set (or forever under `lading operator`). Everything
+it shares lives in one `Runtime` created here and closed here, and the handlers are registered on
+a registry of their own, so several operators can run in one process (tests do).
+
+kopf settings, and why:
+- progress and diff-base in annotations under `lading.dev`, never in `.status` (the CRDs' status
+  schema is Lading's own; a `status.kopf` field would be pruned by the API server);
+- the finalizer `lading.dev/finalizer`: a batch's jobs are cancelled before the object goes;
+- events: only those Lading posts on purpose (admission, completion, failures); kopf's own
+  per-handler chatter is posted only from WARNING up, so a healthy steady state costs no API calls;
+- watches end server-side after `watch_server_timeout_s` and are re-listed;
+- standalone unless peering is asked for (one replica; kopf peering for HA).
+
+Startup refuses to run against a database with pending migrations (`lading migrate` first):
+admitting work into an older schema could lose it. /readyz says the same while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+
+from lading import errors, health
+from lading.db import migrating, observed
+from lading.db import pool as dbpool
+from lading_operator import batches, endpoints, kube, pools, quotas, runtime, settings
+
+logger = logging.getLogger("lading.operator")
+
+ANNOTATIONS_PREFIX = "lading.dev"
+FINALIZER = "lading.dev/finalizer"
+
+
+def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
+    result = kopf.OperatorSettings()
+    result.persistence.finalizer = FINALIZER
+    result.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATIONS_PREFIX)
+    result.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration", ignored_fields=["spec.documents"]
+    )
+    result.posting.level = logging.WARNING
+    result.watching.server_timeout = config.watch_server_timeout_s
+    result.watching.client_timeout = config.watch_server_timeout_s + 60
+    result.peering.standalone = config.standalone
+    result.peering.mandatory = not config.standalone
+    result.networking.request_timeout = kube.REQUEST_TIMEOUT_S
+    return result
+
+
+def build_registry(rt: runtime.Runtime) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return rt.connection
+
+    batches.register(registry, rt)
+    quotas.register(registry, rt)
+    endpoints.register(registry, rt)
+    pools.register(registry, rt)
+    return registry
+
+
+@contextlib.asynccontextmanager
+async def started(config: settings.OperatorSettings) -> AsyncIterator[runtime.Runtime]:
+    """The runtime: a checked database pool and an API client, closed on exit."""
+    connection = kube.connection_info(config.kubeconfig)
+    db = await dbpool.create_pool(config.database_url, min_size=1, max_size=config.db_pool_max)
+    try:
+        async with db.acquire() as conn:
+            pending = await migrating.pending(conn)
+            has_deliveries = await observed.has_table(conn, name="deliveries")
+        if pending:
+            raise errors.MigrationError(
+                f"database migrations pending: {', '.join(f'{v:04d}' for v in pending)}; run `lading migrate` first"
+            )
+        async with kube.Client(connection) as api:
+            yield runtime.Runtime(settings=config, db=db, api=api, connection=connection, has_deliveries=has_deliveries)
+    finally:
+        await db.close()
+
+
+async def operate(
+    config: settings.OperatorSettings,
+    *,
+    stop_flag: asyncio.Event | Any | None = None,
+    ready_flag: asyncio.Event | Any | None = None,
+) -> None:
+    """Run the operator until `stop_flag` is set (an asyncio or threading Event), or forever."""
+    async with contextlib.AsyncExitStack() as stack:
+        rt = await stack.enter_async_context(started(config))
+        if config.http is not None:
+            host, port = config.http
+            await stack.enter_async_context(health.serving(config.database_url, host=host, port=port))
+        await kopf.operator(
+            registry=build_registry(rt),
+            settings=kopf_settings(config),
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            standalone=config.standalone,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+            memo=kopf.Memo(),
+        )

@@ -1,0 +1,412 @@
+"""
+ExtractionBatch reconciler: admission through the core, the quota queue, suspend, status from
+PostgreSQL, and the finalizer that cancels the batch's jobs on deletion.
+
+One reconcile loop per batch (a kopf daemon, started on create and on operator start alike):
+
+    not admitted ──▶ applying.admit_batch (tenant from the namespace, quota, acceptance)
+        │  rejected: Pending, Admitted=False with the core's reason; wait in the queue
+        ▼
+    admitted ─────▶ mirror spec.suspend into batches.suspended; read the batch's counts;
+                    write status when it changed; sleep until woken or the interval passes
+
+Admission is idempotent because acceptance is (keyed by tenant + `namespace/name/uid`): an
+operator killed mid-admission and restarted re-runs it and inserts nothing twice.
+
+The quota queue, and why not `kopf.TemporaryError(delay=...)`: a retry delay is blind, so it
+either polls (short delay: a busy loop across hundreds of waiting batches) or admits late (long
+delay: the batch sits Pending long after room appeared). Instead a batch over quota registers
+in an in-memory per-tenant waiting set (`Runtime.waiting`) and sleeps; whatever frees room wakes
+exactly the waiting batches of that tenant: a batch of the tenant settling, shrinking its queue or
+being deleted, or the TenantQuota changing. The wait also has a long timeout
+(`idle_interval_s`) as a safety net, e.g. for room freed by another operator replica or by hand.
+Admissions of one tenant are serialised (a per-tenant lock), so two batches woken together cannot
+both squeeze into the same room; asyncio locks are FIFO, so waiting batches are admitted roughly in
+the order they asked. The waiting set is memory only: after a restart every batch's loop re-runs
+admission, so the queue rebuilds itself from the objects.
+
+Status is computed from PostgreSQL and patched only when it differs from what was last written,
+at most once per `status_interval_s` per batch unless an event of the object wakes it: API traffic
+at steady state is bounded by the number of batches, not of jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+import kopf
+import pydantic
+
+from lading import applying, errors
+from lading.db import jobs, observed, registry
+from lading.ids import TenantName
+from lading.jobs.states import SETTLED, JobState
+from lading.models import specs
+from lading_operator import conditions, runtime, status
+
+logger = logging.getLogger("lading.operator.batches")
+
+KIND = "ExtractionBatch"
+PLURAL = "extractionbatches"
+RECENT_FAILURES = status.RECENT_FAILURES_MAX
+QUEUED_STATES = (JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED)
+
+
+def key(namespace: str, name: str) -> runtime.ObjectKey:
+    return (KIND, namespace, name)
+
+
+def parse(body: Mapping[str, Any]) -> specs.ExtractionBatch:
+    meta = body.get("metadata", {})
+    return specs.ExtractionBatch.model_validate(
+        {
+            "apiVersion": specs.API_VERSION,
+            "kind": KIND,
+            "metadata": {
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "generation": meta.get("generation"),
+            },
+            "spec": dict(body.get("spec") or {}),
+        }
+    )
+
+
+def _invalid_message(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"spec.{where}: {first['msg']}" if where else str(first["msg"])
+
+
+@dataclasses.dataclass
+class Observation:
+    """What the last refresh saw, to notice change (room freed, batch settled)."""
+
+    queued: int = -1
+    settled: bool = False
+
+
+class Reconciler:
+    """The reconcile loop of one ExtractionBatch."""
+
+    def __init__(self, rt: runtime.Runtime, body: kopf.Body) -> None:
+        self.rt = rt
+        self.body = body
+        self.namespace = str(body.metadata.namespace)
+        self.name = str(body.metadata.name)
+        self.key = key(self.namespace, self.name)
+        self.tenant: TenantName | None = None
+        self.admitted: observed.ObservedBatch | None = None
+        self.last_written: dict[str, Any] = dict(body.get("status") or {})
+        self.seen = Observation()
+        self.failures_at = -1
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.namespace}/{self.name}/{self.body.metadata.uid}"
+
+    async def run(self, stopped: Any) -> None:
+        wake = self.rt.wakeup(self.key)
+        backoff = self.rt.settings.retry_initial_s
+        try:
+            while not stopped:
+                try:
+                    interval = await self.reconcile()
+                    backoff = self.rt.settings.retry_initial_s
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, errors.TemporaryError) as exc:
+                    logger.warning("batch %s/%s: %s; retrying in %.0f s", self.namespace, self.name,
+                                   type(exc).__name__, backoff)  # fmt: skip
+                    interval = backoff
+                    backoff = min(backoff * 2, self.rt.settings.retry_max_s)
+                except Exception as exc:
+                    logger.exception("batch %s/%s: reconcile failed", self.namespace, self.name)
+                    kopf.warn(self.body, reason="ReconcileError", message=type(exc).__name__)
+                    interval = backoff
+                    backoff = min(backoff * 2, self.rt.settings.retry_max_s)
+                await runtime.sleep(wake, stopped, timeout_s=interval)
+        finally:
+            self.rt.leave_queue(self.key)
+            self.rt.wakeups.pop(self.key, None)
+
+    async def reconcile(self) -> float:
+        if self.body.metadata.deletion_timestamp:
+            return self.rt.settings.idle_interval_s
+        try:
+            batch = parse(self.body)
+        except pydantic.ValidationError as exc:
+            await self.pending("InvalidSpec", _invalid_message(exc))
+            return self.rt.settings.idle_interval_s
+        if self.admitted is None:
+            waited = await self.admit(batch)
+            if waited is not None:
+                return waited
+        return await self.refresh(batch)
+
+    # --- Admission.
+
+    async def admit(self, batch: specs.ExtractionBatch) -> float | None:
+        """Admit the batch; None when admitted, else how long to wait (in the queue)."""
+        async with self.rt.db.acquire() as conn:
+            tenant = await registry.tenant_for_namespace(conn, namespace=self.namespace)
+        if tenant is not None:
+            async with self.rt.db.acquire() as conn:
+                existing = await observed.batch(conn, tenant=tenant, idempotency_key=self.idempotency_key)
+            if existing is not None:
+                self.tenant, self.admitted = tenant, existing
+                self.rt.leave_queue(self.key)
+                return None
+        lock_key = tenant if tenant is not None else runtime.ANY_TENANT
+        async with self.rt.admission_locks[lock_key]:
+            try:
+                async with self.rt.db.acquire() as conn:
+                    await self._check_queued_bytes(conn, batch, tenant)
+                    applied = await applying.admit_batch(conn, batch)
+            except applying.AdmissionRejected as exc:
+                waiting_on = tenant if exc.reason == "QuotaExceeded" and tenant is not None else runtime.ANY_TENANT
+                self.rt.wait_in_queue(self.key, waiting_on)
+                await self.pending(exc.reason, str(exc))
+                return self.rt.settings.idle_interval_s
+            except errors.IdempotencyConflict as exc:
+                await self.pending("IdempotencyConflict", str(exc))
+                return self.rt.settings.idle_interval_s
+        self.rt.leave_queue(self.key)
+        self.tenant = applied.tenant
+        async with self.rt.db.acquire() as conn:
+            self.admitted = await observed.batch(conn, tenant=applied.tenant, idempotency_key=self.idempotency_key)
+        if applied.result.created:
+            kopf.info(
+                self.body,
+                reason="Admitted",
+                message=f"{len(applied.result.job_ids)} documents accepted as batch {applied.result.batch_id} "
+                f"(tenant {applied.tenant}, pool {applied.pool})",
+            )
+        return None
+
+    async def _check_queued_bytes(
+        self, conn: asyncpg.Connection, batch: specs.ExtractionBatch, tenant: TenantName | None
+    ) -> None:
+        """maxQueuedBytes: the core bounds queued jobs; the byte bound is checked here, before acceptance."""
+        if tenant is None or batch.spec.documents is None:
+            return
+        limit = await observed.tenant_max_queued_bytes(conn, tenant=tenant)
+        if limit is None:
+            return
+        size = sum(len(d.text.encode("utf-8")) for d in batch.spec.documents)
+        usage = await observed.tenant_usage(conn, tenant=tenant)
+        if usage.queued_bytes + size > int(limit):
+            raise applying.AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {usage.queued_bytes} bytes queued; {size} more would exceed "
+                f"maxQueuedBytes={limit}",
+            )
+
+    async def pending(self, reason: str, message: str) -> None:
+        generation = self.body.metadata.get("generation")
+        previous = self.last_written.get("conditions")
+        desired = conditions.dump(
+            status.ExtractionBatchStatus(
+                phase="Pending",
+                observed_generation=generation,
+                conditions=[
+                    conditions.condition(
+                        previous, type="Admitted", value=False, reason=reason, message=message, generation=generation
+                    ),
+                ],
+            )
+        )
+        if conditions.changed(self.last_written, desired):
+            kopf.warn(self.body, reason=reason, message=message[:1024])
+        await self._write(desired)
+
+    # --- Status.
+
+    async def refresh(self, batch: specs.ExtractionBatch) -> float:
+        assert self.admitted is not None and self.tenant is not None
+        suspend = batch.spec.suspend
+        async with self.rt.db.acquire() as conn:
+            if suspend != self.admitted.suspended:
+                await observed.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
+                message = "no new jobs of this batch are claimed" if suspend else "claiming resumed"
+                kopf.info(self.body, reason="Suspended" if suspend else "Resumed", message=message)
+            current = await observed.batch(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
+            if current is None:
+                self.admitted = None
+                return self.rt.settings.retry_initial_s
+            self.admitted = current
+            failed = current.counts[JobState.FAILED_TERMINAL]
+            failures = None
+            if failed and failed != self.failures_at:
+                failures = await observed.batch_failures(conn, batch_id=current.batch_id, limit=RECENT_FAILURES)
+            delivered = None
+            if self.rt.has_deliveries and current.endpoint is not None:
+                delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
+        desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend)
+        await self._write(desired)
+        if failures is not None:
+            self.failures_at = failed
+        queued = sum(current.counts[s] for s in QUEUED_STATES)
+        settled = sum(n for s, n in current.counts.items() if s in SETTLED) >= current.total
+        if queued < self.seen.queued:
+            self.rt.room_in(self.tenant)
+        if settled and not self.seen.settled and self.seen.queued >= 0:
+            phase = desired.get("phase")
+            kopf.event(self.body, type="Normal" if phase == "Completed" else "Warning", reason=str(phase),
+                       message=self._summary(current))  # fmt: skip
+        self.seen = Observation(queued=queued, settled=settled)
+        if settled or suspend:
+            return self.rt.settings.idle_interval_s
+        return self.rt.settings.status_interval_s
+
+    def _summary(self, current: observed.ObservedBatch) -> str:
+        c = current.counts
+        return (
+            f"{c[JobState.SUCCEEDED]} succeeded, {c[JobState.REVIEW_REQUIRED]} awaiting review, "
+            f"{c[JobState.FAILED_TERMINAL]} failed, {c[JobState.CANCELLED]} cancelled of {current.total}"
+        )
+
+    def status_of(
+        self,
+        current: observed.ObservedBatch,
+        *,
+        failures: list[observed.Failure] | None,
+        delivered: int | None,
+        suspend: bool,
+    ) -> dict[str, Any]:
+        c = current.counts
+        generation = self.body.metadata.get("generation")
+        previous = self.last_written.get("conditions")
+        settled = sum(n for s, n in c.items() if s in SETTLED) >= current.total
+        good = c[JobState.SUCCEEDED] + c[JobState.REVIEW_REQUIRED]
+        if settled:
+            phase = "Completed" if good > 0 or current.total == 0 else "Failed"
+        elif suspend:
+            phase = "Suspended"
+        else:
+            phase = "Running"
+        completed_at = None
+        if settled and current.last_finished_at is not None:
+            completed_at = status.rfc3339(current.last_finished_at)
+        progressing_reason = "Settled" if settled else ("Suspended" if suspend else "JobsRemaining")
+        complete_reason = ("Completed" if phase == "Completed" else "Failed") if settled else "JobsRemaining"
+        admitted_message = f"batch {current.batch_id} of tenant {self.tenant}"
+        conds = [
+            conditions.condition(
+                previous, type="Admitted", value=True, reason="Admitted", message=admitted_message,
+                generation=generation,
+            ),
+            conditions.condition(
+                previous, type="Progressing", value=not settled and not suspend, reason=progressing_reason,
+                generation=generation,
+            ),
+            conditions.condition(
+                previous, type="Complete", value=settled, reason=complete_reason, generation=generation
+            ),
+        ]  # fmt: skip
+        if delivered is not None:
+            conds.append(conditions.condition(
+                previous, type="Delivered", value=delivered >= good and settled,
+                reason="AllDelivered" if delivered >= good and settled else "DeliveriesPending",
+                message=f"{delivered} of {good} results delivered", generation=generation,
+            ))  # fmt: skip
+        recent: list[status.RecentFailure] | None = None
+        if failures is not None:
+            recent = [
+                status.RecentFailure(
+                    document_key=f.document_key[:256],
+                    reason=_reason(f.error_class),
+                    message=f.error[:512],
+                    at=status.rfc3339(f.at),
+                )
+                for f in failures
+            ]
+        model = status.ExtractionBatchStatus(
+            phase=phase,  # type: ignore[arg-type]
+            observed_generation=generation,
+            batch_id=str(current.batch_id),
+            tenant=self.tenant,
+            total=current.total,
+            ready=c[JobState.READY],
+            running=c[JobState.RUNNING],
+            retry_scheduled=c[JobState.RETRY_SCHEDULED],
+            review_required=c[JobState.REVIEW_REQUIRED],
+            succeeded=c[JobState.SUCCEEDED],
+            failed=c[JobState.FAILED_TERMINAL],
+            cancelled=c[JobState.CANCELLED],
+            delivered=delivered,
+            oldest_eligible_age_seconds=int(current.oldest_eligible_s or 0),
+            admitted_at=status.rfc3339(current.admitted_at),
+            completed_at=completed_at,
+            recent_failures=recent,
+            conditions=conds,
+        )
+        desired = conditions.dump(model)
+        if recent is None and "recentFailures" in self.last_written:
+            desired["recentFailures"] = self.last_written["recentFailures"]
+        return desired
+
+    async def _write(self, desired: dict[str, Any]) -> None:
+        written = await conditions.write_status(
+            self.rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=self.namespace, name=self.name,
+            live=self.last_written, desired=desired,
+        )  # fmt: skip
+        if written:
+            self.last_written = {**self.last_written, **desired}
+
+
+def _reason(error_class: str) -> str:
+    """An error class (e.g. DEADLINE_EXCEEDED, InvalidOutput) as a CamelCase condition reason."""
+    parts = [p for p in error_class.replace("-", "_").split("_") if p]
+    text = "".join(p if not p.isupper() else p.capitalize() for p in parts) or "Failed"
+    cleaned = "".join(ch for ch in text if ch.isalnum())[:64]
+    return cleaned if cleaned and cleaned[0].isalpha() else "Failed"
+
+
+async def finalize(rt: runtime.Runtime, body: kopf.Body) -> int:
+    """Cancel every non-terminal job of the batch (results and audit rows stay); returns how many."""
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    idempotency_key = f"{namespace}/{name}/{body.metadata.uid}"
+    async with rt.db.acquire() as conn:
+        tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
+        current = None
+        if tenant is not None:
+            current = await observed.batch(conn, tenant=tenant, idempotency_key=idempotency_key)
+        if current is None:
+            # Never admitted under the current tenant; look it up by key in any tenant.
+            tenant = await observed.batch_tenant(conn, idempotency_key=idempotency_key)
+            if tenant is not None:
+                current = await observed.batch(conn, tenant=tenant, idempotency_key=idempotency_key)
+        if current is None or tenant is None:
+            return 0
+        cancelled = await jobs.cancel_batch(conn, batch_id=current.batch_id, reason="ExtractionBatch deleted")
+    rt.room_in(tenant)
+    return len(cancelled)
+
+
+def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
+    resource = (specs.GROUP, specs.VERSION, PLURAL)
+
+    @kopf.daemon(*resource, id="reconcile", registry=registry_, cancellation_timeout=10.0)
+    async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        await Reconciler(rt, body).run(stopped)
+
+    @kopf.on.event(*resource, id="wake", registry=registry_)
+    async def wake(name: str, namespace: str | None, **_: Any) -> None:
+        rt.wake(key(namespace or "", name))
+
+    @kopf.on.delete(*resource, id="cancel-jobs", registry=registry_)
+    async def cancel_jobs(body: kopf.Body, status: kopf.Status, **_: Any) -> None:
+        live = dict(status or {})
+        if live.get("phase") not in (None, "Terminating"):
+            path = (
+                f"/apis/{specs.API_VERSION}/namespaces/{body.metadata.namespace}/{PLURAL}/{body.metadata.name}/status"
+            )
+            await rt.api.merge_patch(path, {"status": {"phase": "Terminating"}})
+        cancelled = await finalize(rt, body)
+        logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
+        if cancelled:
+            kopf.info(body, reason="Cancelled", message=f"{cancelled} unfinished jobs cancelled; results are kept")

@@ -1,0 +1,133 @@
+"""
+DeliveryEndpoint reconciler: validate, check the signing Secret, mirror into `endpoints`, and
+mirror the dispatcher's view (circuit breaker, auth failures, delivery counts) into status.
+
+Signing secrets never pass through the operator. The worker Deployment projects each endpoint's
+Secret into `/etc/lading/endpoint-secrets/<namespace>.<name>` and the dispatcher reads it there;
+the operator only checks that the referenced Secret exists and holds the key (Ready=False,
+reason SecretMissing otherwise), reading the Secret's keys and never decoding, logging or writing
+a value. Only endpoints with a Ready secret are handed to pools for projection (by name).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+import pydantic
+
+from lading import applying
+from lading.db import observed
+from lading.models import specs
+from lading_operator import conditions, kube, rendering, runtime, status
+
+logger = logging.getLogger("lading.operator.endpoints")
+
+KIND = "DeliveryEndpoint"
+PLURAL = "deliveryendpoints"
+CIRCUIT = {"closed": "Closed", "open": "Open", "half_open": "HalfOpen"}
+
+
+def parse(body: kopf.Body) -> specs.DeliveryEndpoint:
+    return specs.DeliveryEndpoint.model_validate(
+        {
+            "apiVersion": specs.API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": body.metadata.name, "namespace": body.metadata.namespace, "uid": body.metadata.uid},
+            "spec": dict(body.spec),
+        }
+    )
+
+
+async def secret_problem(rt: runtime.Runtime, namespace: str, ref: specs.SecretKeyRef) -> str | None:
+    """Why the signing Secret cannot be used, or None. Looks at key names only, never at values."""
+    secret = await rt.api.get(kube.path("v1", "secrets", namespace=namespace, name=ref.name))
+    if secret is None:
+        return f"Secret {namespace}/{ref.name} does not exist"
+    keys = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+    if ref.key not in keys:
+        return f"Secret {namespace}/{ref.name} has no key {ref.key!r}"
+    return None
+
+
+async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> None:
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
+    generation = body.metadata.get("generation")
+    live = dict(body.get("status") or {})
+    previous = live.get("conditions")
+    full = f"{namespace}/{name}"
+    try:
+        endpoint = parse(body)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        message = f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        ready = conditions.condition(previous, type="Ready", value=False, reason="InvalidSpec", message=message,
+                                     generation=generation)  # fmt: skip
+        await _write(rt, namespace, name, live, conditions.dump(
+            status.DeliveryEndpointStatus(observed_generation=generation, conditions=[ready])))  # fmt: skip
+        rt.endpoint_secrets.pop(full, None)
+        return
+    if mirror:
+        async with rt.db.acquire() as conn:
+            await applying.apply_delivery_endpoint(conn, endpoint)
+    problem = await secret_problem(rt, namespace, endpoint.spec.secret_ref)
+    if problem is None:
+        rt.endpoint_secrets[full] = rendering.EndpointSecret(
+            endpoint=full, secret_name=endpoint.spec.secret_ref.name, key=endpoint.spec.secret_ref.key
+        )
+    else:
+        rt.endpoint_secrets.pop(full, None)
+    health = None
+    if rt.has_deliveries:
+        async with rt.db.acquire() as conn:
+            health = await observed.endpoint_health(conn, endpoint=full)
+    conds = [
+        conditions.condition(previous, type="Ready", value=problem is None,
+                             reason="SecretMissing" if problem else "Registered",
+                             message=problem or "registered; the signing Secret has its key", generation=generation),
+    ]  # fmt: skip
+    fields: dict[str, Any] = {}
+    if health is not None:
+        circuit = CIRCUIT.get(health.breaker_state, "Closed")
+        conds.append(conditions.condition(
+            previous, type="AuthFailing", value=health.auth_failing,
+            reason="AuthRejected" if health.auth_failing else "AuthAccepted",
+            message=f"the endpoint answered HTTP {health.last_auth_status}" if health.auth_failing else "",
+            generation=generation,
+        ))  # fmt: skip
+        conds.append(conditions.condition(
+            previous, type="CircuitOpen", value=circuit != "Closed",
+            reason=f"Circuit{circuit}", generation=generation,
+        ))  # fmt: skip
+        fields = {"delivered": health.delivered, "pending": health.pending,
+                  "unknown_external": health.unknown, "failed": health.failed, "circuit": circuit}  # fmt: skip
+    desired = conditions.dump(status.DeliveryEndpointStatus(observed_generation=generation, conditions=conds, **fields))
+    if conditions.changed(live, desired) and problem is not None:
+        kopf.warn(body, reason="SecretMissing", message=problem)
+    await _write(rt, namespace, name, live, desired)
+
+
+async def _write(rt: runtime.Runtime, namespace: str, name: str, live: dict[str, Any], desired: dict[str, Any]) -> None:
+    await conditions.write_status(
+        rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=namespace, name=name,
+        live=live, desired=desired,
+    )  # fmt: skip
+
+
+def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
+    resource = (specs.GROUP, specs.VERSION, PLURAL)
+
+    @kopf.on.resume(*resource, registry=registry_)
+    @kopf.on.create(*resource, registry=registry_)
+    @kopf.on.update(*resource, field="spec", registry=registry_)
+    async def apply_endpoint(body: kopf.Body, **_: Any) -> None:
+        await reconcile(rt, body, mirror=True)
+
+    @kopf.timer(*resource, interval=rt.settings.quota_interval_s, registry=registry_)
+    async def endpoint_health(body: kopf.Body, **_: Any) -> None:
+        await reconcile(rt, body, mirror=False)
+
+    @kopf.on.delete(*resource, optional=True, registry=registry_)
+    async def forget_endpoint(name: str, namespace: str | None, **_: Any) -> None:
+        rt.endpoint_secrets.pop(f"{namespace}/{name}", None)

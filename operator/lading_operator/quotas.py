@@ -1,0 +1,109 @@
+"""
+TenantQuota reconciler: validate, mirror into `tenants` (what admission and the claimer read),
+report use in status, and wake batches waiting for this quota.
+
+A TenantQuota is cluster-scoped and owned by the platform team. Creating or changing one can make
+room for batches waiting in the quota queue, or give a home to batches whose namespace no quota
+covered: both wake the waiting batches, which re-check admission at once. Deleting one leaves
+the `tenants` row (accepted batches refer to it); new batches of its namespaces are not admitted
+once no quota covers them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+import pydantic
+
+from lading import applying
+from lading.db import observed
+from lading.ids import TenantName
+from lading.models import specs
+from lading_operator import conditions, runtime, status
+
+logger = logging.getLogger("lading.operator.quotas")
+
+KIND = "TenantQuota"
+PLURAL = "tenantquotas"
+
+
+def parse(body: kopf.Body) -> specs.TenantQuota:
+    return specs.TenantQuota.model_validate(
+        {
+            "apiVersion": specs.API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": body.metadata.name, "uid": body.metadata.uid},
+            "spec": dict(body.spec),
+        }
+    )
+
+
+def _message(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+async def _write(rt: runtime.Runtime, body: kopf.Body, desired: dict[str, Any]) -> None:
+    await conditions.write_status(
+        rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=None, name=str(body.metadata.name),
+        live=dict(body.get("status") or {}), desired=desired,
+    )  # fmt: skip
+
+
+async def apply(rt: runtime.Runtime, body: kopf.Body) -> None:
+    generation = body.metadata.get("generation")
+    previous = (body.get("status") or {}).get("conditions")
+    try:
+        quota = parse(body)
+    except pydantic.ValidationError as exc:
+        ready = conditions.condition(previous, type="Ready", value=False, reason="InvalidSpec",
+                                     message=_message(exc), generation=generation)  # fmt: skip
+        await _write(rt, body, conditions.dump(status.TenantQuotaStatus(observed_generation=generation,
+                                                                         conditions=[ready])))  # fmt: skip
+        kopf.warn(body, reason="InvalidSpec", message=_message(exc))
+        return
+    async with rt.db.acquire() as conn:
+        await applying.apply_tenant_quota(conn, quota)
+    rt.room_in(TenantName(quota.metadata.name))
+    rt.something_appeared()
+    await refresh(rt, body)
+
+
+async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
+    generation = body.metadata.get("generation")
+    previous = (body.get("status") or {}).get("conditions")
+    try:
+        quota = parse(body)
+    except pydantic.ValidationError:
+        return
+    async with rt.db.acquire() as conn:
+        usage = await observed.tenant_usage(conn, tenant=TenantName(quota.metadata.name))
+    ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+                                 message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
+                                 generation=generation)  # fmt: skip
+    desired = conditions.dump(
+        status.TenantQuotaStatus(
+            observed_generation=generation,
+            queued_jobs=usage.queued_jobs,
+            queued_bytes=usage.queued_bytes,
+            in_flight=usage.in_flight,
+            conditions=[ready],
+        )
+    )
+    await _write(rt, body, desired)
+
+
+def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
+    resource = (specs.GROUP, specs.VERSION, PLURAL)
+
+    @kopf.on.resume(*resource, registry=registry_)
+    @kopf.on.create(*resource, registry=registry_)
+    @kopf.on.update(*resource, field="spec", registry=registry_)
+    async def apply_quota(body: kopf.Body, **_: Any) -> None:
+        await apply(rt, body)
+
+    @kopf.timer(*resource, id="usage", interval=rt.settings.quota_interval_s, registry=registry_)
+    async def usage(body: kopf.Body, **_: Any) -> None:
+        await refresh(rt, body)

@@ -1,0 +1,94 @@
+"""
+What every handler of one operator process shares: the database pool, the API client, the
+settings, and the wake-ups that make the reconcilers event-driven.
+
+Wake-ups. Each ExtractionBatch and InferencePool has one long-lived reconcile loop (a kopf
+daemon) that sleeps on an `asyncio.Event` with a timeout. The event is set by:
+- a watch event of the object itself (a kopf `on.event` handler: no API call, no persistence);
+- room appearing in the tenant's quota (a batch of the tenant settled, was deleted, or shrank its
+  queue; the TenantQuota changed) for batches waiting in the quota queue (`waiting`);
+- a TenantQuota or InferencePool appearing, for batches waiting on a missing one;
+- a change of an object a pool owns (drift), for that pool.
+The timeout is only a safety net, so nothing polls tightly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+from typing import Any
+
+import asyncpg
+import kopf
+
+from lading.ids import TenantName
+from lading_operator import kube, settings
+
+logger = logging.getLogger("lading.operator")
+
+ObjectKey = tuple[str, str, str]
+"""(kind, namespace or '', name)."""
+
+ANY_TENANT = TenantName("")
+"""Waiting key of batches that wait for something other than room (a TenantQuota or pool to exist)."""
+
+
+@dataclasses.dataclass
+class Runtime:
+    settings: settings.OperatorSettings
+    db: asyncpg.Pool
+    api: kube.Client
+    connection: kopf.ConnectionInfo
+    has_deliveries: bool = False
+    wakeups: dict[ObjectKey, asyncio.Event] = dataclasses.field(default_factory=dict)
+    waiting: dict[TenantName, set[ObjectKey]] = dataclasses.field(default_factory=lambda: collections.defaultdict(set))
+    admission_locks: dict[TenantName, asyncio.Lock] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(asyncio.Lock)
+    )
+    endpoint_secrets: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """DeliveryEndpoint 'namespace/name' -> rendering.EndpointSecret (names only, never values)."""
+
+    def wakeup(self, key: ObjectKey) -> asyncio.Event:
+        return self.wakeups.setdefault(key, asyncio.Event())
+
+    def wake(self, key: ObjectKey) -> None:
+        event = self.wakeups.get(key)
+        if event is not None:
+            event.set()
+
+    def wait_in_queue(self, key: ObjectKey, tenant: TenantName) -> None:
+        for keys in self.waiting.values():
+            keys.discard(key)
+        self.waiting[tenant].add(key)
+
+    def leave_queue(self, key: ObjectKey) -> None:
+        for keys in self.waiting.values():
+            keys.discard(key)
+
+    def room_in(self, tenant: TenantName) -> None:
+        """Room appeared in `tenant`'s quota: wake the batches waiting for it."""
+        for key in list(self.waiting.get(tenant, ())):
+            self.wake(key)
+
+    def something_appeared(self) -> None:
+        """A TenantQuota or pool appeared or changed: wake every waiting batch (each re-checks)."""
+        for keys in list(self.waiting.values()):
+            for key in list(keys):
+                self.wake(key)
+
+
+async def sleep(event: asyncio.Event, stopped: Any, *, timeout_s: float) -> None:
+    """Until `event` is set, the daemon is stopped, or `timeout_s` passes; clears `event`."""
+    waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stopped.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        for waiter in waiters:
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+    event.clear()

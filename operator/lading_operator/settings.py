@@ -1,0 +1,44 @@
+"""
+Settings of the operator process, with the reason for each default. `lading operator` builds
+them from flags; tests pass them in (with short intervals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lading_operator import rendering
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorSettings:
+    database_url: str
+    kubeconfig: str | None = None
+    """None: in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces whose batches, pools and endpoints are served; empty: cluster-wide."""
+    http: tuple[str, int] | None = None
+    """Where /metrics, /healthz and /readyz listen; None: not served."""
+    standalone: bool = True
+    """One operator replica, no kopf peering. False: replicas coordinate through peering objects."""
+    render: rendering.OperatorConfig = dataclasses.field(default_factory=rendering.OperatorConfig)
+    """What the operator renders into pool objects (worker image, database Secret, ...)."""
+
+    status_interval_s: float = 30.0
+    """A running batch's status is refreshed at most this often unless something wakes it: at most
+    two status writes per batch per minute, whatever the workers do, so API traffic stays bounded
+    by the number of batches, not by the number of jobs."""
+    idle_interval_s: float = 300.0
+    """A settled, suspended or waiting batch is looked at this often as a safety net; the events that
+    matter (its own changes, room in its tenant's quota) wake it at once."""
+    quota_interval_s: float = 30.0
+    """TenantQuota and DeliveryEndpoint status refresh (usage counts, endpoint health)."""
+    pool_interval_s: float = 15.0
+    """InferencePool reconcile: drift of owned objects and the scaling decision, like an HPA's period."""
+    retry_initial_s: float = 1.0
+    """First retry after a database or API error; doubles up to retry_max_s."""
+    retry_max_s: float = 60.0
+    watch_server_timeout_s: int = 300
+    """The API server ends each watch after this long and kopf re-lists: stale watches heal."""
+    db_pool_max: int = 10
+    """Connections the operator holds; admissions and status reads are short."""

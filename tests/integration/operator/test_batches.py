@@ -1,0 +1,177 @@
+"""ExtractionBatch reconciler against the Kubernetes emulator and real PostgreSQL, kopf running for real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from lading_operator import app, kube
+
+from lading.jobs.states import JobState
+from tests.integration.operator import conftest
+from tests.support import kube_emulator
+from tests.support.waiting import until
+
+BATCHES = "lading.dev/v1alpha1/extractionbatches"
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in obj.get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+async def _jobs(db: asyncpg.Connection, **where: str) -> int:
+    return int(await db.fetchval("SELECT count(*) FROM extraction_jobs"))
+
+
+async def _finish_all(db: asyncpg.Connection, *, state: JobState = JobState.SUCCEEDED) -> None:
+    """Settle every job, as workers would (the state machine's terminal write)."""
+    await db.execute(
+        "UPDATE extraction_jobs SET state = $1, finished_at = clock_timestamp(), updated_at = clock_timestamp() "
+        "WHERE state IN ('READY', 'RETRY_SCHEDULED')",
+        str(state),
+    )
+
+
+async def test_batch_is_admitted_and_status_follows_the_work_to_completion(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"])
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "march", documents=5)
+
+    running = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "march", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    assert running["status"]["total"] == 5 and running["status"]["ready"] == 5
+    assert running["status"]["tenant"] == "acme"
+    assert _condition(running, "Admitted")["status"] == "True"  # type: ignore[index]
+    assert running["metadata"]["finalizers"] == [app.FINALIZER]
+    assert await _jobs(db) == 5
+    assert emulator.names("v1/events", "acme"), "an Admitted event was posted"
+
+    await _finish_all(db)
+    done = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "march", lambda o: o.get("status", {}).get("phase") == "Completed"
+    )
+    assert done["status"]["succeeded"] == 5 and done["status"]["ready"] == 0
+    assert _condition(done, "Complete")["status"] == "True"  # type: ignore[index]
+    assert done["status"]["observedGeneration"] == done["metadata"]["generation"]
+
+
+async def test_no_tenant_quota_then_quota_created_admits(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "orphan", documents=2)
+    pending = await kube_emulator.wait_for(
+        emulator,
+        BATCHES,
+        "acme",
+        "orphan",
+        lambda o: (_condition(o, "Admitted") or {}).get("reason") == "NoTenantQuota",
+    )
+    assert pending["status"]["phase"] == "Pending"
+    assert await _jobs(db) == 0
+
+    await conftest.create_quota(api, "acme", ["acme"])
+    await kube_emulator.wait_for(emulator, BATCHES, "acme", "orphan", lambda o: o["status"]["phase"] == "Running")
+    assert await _jobs(db) == 2
+
+
+async def test_quota_exceeded_waits_then_raised_quota_admits(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"], maxQueuedJobs=5)
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "first", documents=4)
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "first", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    await conftest.create_batch(api, "acme", "second", documents=3)
+    waiting = await kube_emulator.wait_for(
+        emulator,
+        BATCHES,
+        "acme",
+        "second",
+        lambda o: (_condition(o, "Admitted") or {}).get("reason") == "QuotaExceeded",
+    )
+    assert waiting["status"]["phase"] == "Pending"
+    assert "maxQueuedJobs=5" in _condition(waiting, "Admitted")["message"]  # type: ignore[index]
+    assert await _jobs(db) == 4
+
+    await api.merge_patch(kube.path(conftest.GROUP_VERSION, "tenantquotas", namespace=None, name="acme"),
+                          {"spec": {"maxQueuedJobs": 10}})  # fmt: skip
+    await kube_emulator.wait_for(emulator, BATCHES, "acme", "second", lambda o: o["status"]["phase"] == "Running")
+    assert await _jobs(db) == 7
+
+
+async def test_room_freed_by_work_admits_the_waiting_batch(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"], maxQueuedJobs=5)
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "first", documents=4)
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "first", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    await conftest.create_batch(api, "acme", "second", documents=3)
+    await kube_emulator.wait_for(
+        emulator,
+        BATCHES,
+        "acme",
+        "second",
+        lambda o: (_condition(o, "Admitted") or {}).get("reason") == "QuotaExceeded",
+    )
+    await _finish_all(db)  # the first batch completes: room appears, no quota change
+    await kube_emulator.wait_for(emulator, BATCHES, "acme", "second", lambda o: o["status"]["phase"] == "Running")
+    assert await _jobs(db) == 7
+
+
+async def test_suspend_and_resume(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"])
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "b", documents=2)
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+
+    await api.merge_patch(conftest.batch_path("acme", "b"), {"spec": {"suspend": True}})
+    suspended = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: o["status"]["phase"] == "Suspended"
+    )
+    assert suspended["metadata"]["generation"] == 2
+    assert await db.fetchval("SELECT suspended FROM batches") is True
+
+    await api.merge_patch(conftest.batch_path("acme", "b"), {"spec": {"suspend": False}})
+    await kube_emulator.wait_for(emulator, BATCHES, "acme", "b", lambda o: o["status"]["phase"] == "Running")
+    assert await db.fetchval("SELECT suspended FROM batches") is False
+
+
+async def test_delete_cancels_jobs_keeps_results_and_releases_the_finalizer(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"])
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "doomed", documents=3)
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "doomed", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    first = await db.fetchval("SELECT min(id) FROM extraction_jobs")
+    await db.execute(
+        "UPDATE extraction_jobs SET state = 'SUCCEEDED', finished_at = clock_timestamp() WHERE id = $1", first
+    )
+
+    assert await api.delete(conftest.batch_path("acme", "doomed"))
+
+    async def gone() -> bool:
+        return emulator.get(BATCHES, "acme", "doomed") is None
+
+    await until(gone, timeout_s=20)
+    states = dict(await db.fetch("SELECT state, count(*) FROM extraction_jobs GROUP BY state"))
+    assert states == {"SUCCEEDED": 1, "CANCELLED": 2}
+    assert await db.fetchval("SELECT count(*) FROM batches") == 1

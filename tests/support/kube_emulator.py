@@ -1,0 +1,337 @@
+"""
+A Kubernetes API emulator for operator tests: kmock's in-memory emulator, plus the parts of the
+API server the operator depends on and plain kmock leaves out.
+
+kmock (pinned to 0.8.* in pyproject.toml, because this subclass overrides its request handling)
+stores objects as plain JSON and patches them by merging. A real API server also:
+
+- stamps `metadata.uid`, `resourceVersion` (bumped on every change, not on a no-op patch),
+  `creationTimestamp` and `generation` (bumped only when something outside metadata and status
+  changes), and fills `metadata.name` from `generateName` (kopf posts events that way);
+- answers 409 to creating an existing object, 404 to touching a missing one, and 422 to a
+  JSON patch whose `test` operation fails (kopf's finalizer patches test the resourceVersion);
+- separates the status subresource: a write to `/status` changes only `.status`, a write to the
+  object itself leaves `.status` alone, for kinds that declare the subresource;
+- removes an object once it is marked for deletion and its last finalizer is gone.
+
+This subclass adds exactly that, and serves discovery for Lading's CRDs (built from the CRD
+YAML when `operator/lading_operator/crds/` has it, else from `lading.models.specs`), kopf's
+backbone resources (namespaces, events, customresourcedefinitions) and the built-in kinds the
+operator writes (Deployments, Services, Secrets, KEDA ScaledObjects). It still has no
+controllers: nothing creates Pods, no Deployment becomes ready and owner references are not
+garbage-collected; tests set such status themselves. It counts every request (`requests`) so
+the benchmark can report API traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import itertools
+import json
+import pathlib
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import kmock
+import yaml
+from kmock._internal import apps, enums, rendering
+
+from lading.models import specs
+
+CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "operator" / "lading_operator" / "crds"
+
+BACKBONE: dict[str, kmock.ResourceInfo] = {
+    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}),
+    "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create", "list", "get"}),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"}
+    ),
+    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True, verbs={"get", "list", "create", "patch"}),
+    "v1/services": kmock.ResourceInfo(
+        kind="Service", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
+    ),
+    "apps/v1/deployments": kmock.ResourceInfo(
+        kind="Deployment",
+        namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "delete"},
+        subresources={"status", "scale"},
+    ),
+    "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(
+        kind="ScaledObject",
+        namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "delete"},
+        subresources={"status"},
+    ),
+}
+"""Kinds besides Lading's own: kopf's backbone (without which it waits silently) and what the operator writes."""
+
+
+def lading_resources() -> dict[str, kmock.ResourceInfo]:
+    """Discovery entries of Lading's kinds: from the CRD YAML when present, else from the spec models."""
+    found: dict[str, kmock.ResourceInfo] = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")) if CRD_DIR.is_dir() else []:
+        for document in yaml.safe_load_all(path.read_text()):
+            if not isinstance(document, dict) or document.get("kind") != "CustomResourceDefinition":
+                continue
+            spec = document["spec"]
+            names = spec["names"]
+            for version in spec["versions"]:
+                key = f"{spec['group']}/{version['name']}/{names['plural']}"
+                found[key] = kmock.ResourceInfo(
+                    kind=names["kind"],
+                    singular=names.get("singular"),
+                    namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                    shortnames=set(names.get("shortNames", [])),
+                    categories=set(names.get("categories", [])),
+                    verbs={"get", "list", "watch", "create", "patch", "delete"},
+                    subresources=set(version.get("subresources", {})),
+                )
+    if found:
+        return found
+    for kind in specs.LADING_KINDS:
+        plural = kind.KIND.lower() + ("es" if kind.KIND.endswith(("ch", "s")) else "s")
+        found[f"{specs.GROUP}/{specs.VERSION}/{plural}"] = kmock.ResourceInfo(
+            kind=kind.KIND,
+            singular=kind.KIND.lower(),
+            namespaced=kind.NAMESPACED,
+            verbs={"get", "list", "watch", "create", "patch", "delete"},
+            subresources={"status"},
+        )
+    return found
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _generation_relevant(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key not in ("metadata", "status")}
+
+
+@attrs.define(kw_only=True)
+class KubeEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator with API-server bookkeeping (see the module docstring)."""
+
+    _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for key, info in {**BACKBONE, **lading_resources()}.items():
+            self.resources[key] = info
+
+    # --- What tests use.
+
+    def count(self) -> int:
+        """Requests served so far (every method, every path)."""
+        return len(self._requests)
+
+    def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        key = (kmock.resource(resource), namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.objects[key].raw)
+
+    def names(self, resource: str, namespace: str | None = None) -> list[str]:
+        wanted = kmock.resource(resource)
+        return sorted(
+            name for (res, ns, name), obj in self.objects.items()
+            if res == wanted and (namespace is None or ns == namespace) and not obj.deleted
+        )  # fmt: skip
+
+    def _has_status_subresource(self, resource: kmock.resource) -> bool:
+        for declared in self.resources:
+            if declared == resource:
+                return "status" in self.resources[declared].subresources
+        return False
+
+    # --- The API server's bookkeeping.
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        if request.resource is None or request.action not in (
+            enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE
+        ):  # fmt: skip
+            return await apps.RawHandler._handle(self, request)
+        if request.action == enums.action.CREATE:
+            return aiohttp.web.json_response(await self._create(request), status=201)
+        if request.action == enums.action.UPDATE:
+            gone = await self._update(request)
+        else:
+            gone = await self._delete(request)
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            raw = copy.deepcopy(self.objects[key].raw)
+            if gone is not None:
+                self.objects[key].delete()
+                await self._buses[request.resource].put({"type": "DELETED", "object": copy.deepcopy(raw)})
+        return aiohttp.web.json_response(raw)
+
+    async def _create(self, request: rendering.Request) -> dict[str, Any]:
+        assert request.resource is not None
+        body = copy.deepcopy(request.data) if isinstance(request.data, dict) else None
+        if body is None:
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message="the body must be a JSON object")
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + secrets.token_hex(3)
+        if not meta.get("name"):
+            raise kmock.KubernetesError(status=422, reason="Invalid", message="metadata.name: Required value")
+        if request.namespace:
+            meta["namespace"] = request.namespace
+        meta.update(
+            uid=str(uuid.uuid4()),
+            resourceVersion=str(next(self._versions)),
+            creationTimestamp=_now(),
+            generation=1,
+        )
+        key = (request.resource, meta.get("namespace"), meta["name"])
+        async with self._lock:
+            if key in self.objects and not self.objects[key].deleted:
+                raise kmock.KubernetesError(
+                    status=409, reason="AlreadyExists", message=f"{meta['name']} already exists"
+                )
+            if key in self.objects:
+                self.objects[key].create(body)
+            else:
+                self.objects[key] = body
+            await self._buses[request.resource].put({"type": "ADDED", "object": copy.deepcopy(body)})
+        return body
+
+    async def _update(self, request: rendering.Request) -> Any:
+        assert request.resource is not None
+        key = (request.resource, request.namespace, request.name)
+        content_type = request.headers.get("Content-Type", "")
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
+            old = copy.deepcopy(self.objects[key].raw)
+            status_only = request.subresource == "status"
+            separate = self._has_status_subresource(request.resource)
+            if "json-patch" in content_type:
+                if not isinstance(request.data, list):
+                    raise kmock.KubernetesError(status=400, reason="BadRequest", message="a JSON patch is a list")
+                try:
+                    new = jsonpatch.apply_patch(old, request.data, in_place=False)
+                except jsonpatch.JsonPatchTestFailed as exc:
+                    raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
+            elif "merge-patch" in content_type or "strategic-merge-patch" in content_type:
+                if not isinstance(request.data, dict):
+                    raise kmock.KubernetesError(status=400, reason="BadRequest", message="a merge patch is an object")
+                new = _merge(old, request.data)
+            else:
+                raise kmock.KubernetesError(
+                    status=415, reason="UnsupportedMediaType", message=f"unsupported patch type {content_type!r}"
+                )
+            if status_only:
+                new = (
+                    {**old, "status": new.get("status")}
+                    if "status" in new
+                    else {k: v for k, v in old.items() if k != "status"}
+                )
+            elif separate:
+                new = {
+                    **{k: v for k, v in new.items() if k != "status"},
+                    **({"status": old["status"]} if "status" in old else {}),
+                }
+            new_meta = new.setdefault("metadata", {})
+            for fixed in ("uid", "creationTimestamp", "name", "namespace"):
+                if fixed in old.get("metadata", {}):
+                    new_meta[fixed] = old["metadata"][fixed]
+            new_meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+            new_meta["generation"] = old["metadata"].get("generation", 1)
+            if new == old:
+                return None  # a no-op patch changes nothing, not even the resourceVersion
+            if _generation_relevant(new) != _generation_relevant(old):
+                new_meta["generation"] = new_meta["generation"] + 1
+            new_meta["resourceVersion"] = str(next(self._versions))
+            self.objects[key].create(new)
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": copy.deepcopy(new)})
+            if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
+                return key
+            return None
+
+    async def _delete(self, request: rendering.Request) -> Any:
+        assert request.resource is not None
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
+            current = copy.deepcopy(self.objects[key].raw)
+            meta = current.setdefault("metadata", {})
+            if meta.get("deletionTimestamp"):
+                return None
+            if meta.get("finalizers"):
+                meta["deletionTimestamp"] = _now()
+                meta["resourceVersion"] = str(next(self._versions))
+                self.objects[key].create(current)
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": copy.deepcopy(current)})
+                return None
+            return key
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge(result.get(key), value)
+    return result
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[KubeEmulator]:
+    """The emulator on a loopback port for the block; `emulator.url` is its base URL."""
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        yield emulator
+
+
+def write_kubeconfig(path: pathlib.Path, *, server: str, namespace: str = "default") -> pathlib.Path:
+    """A kubeconfig for `server` (plain HTTP on loopback, no credentials), as `kubectl` would read it."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+        "users": [{"name": "emulator", "user": {}}],
+        "contexts": [
+            {"name": "emulator", "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}
+        ],
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+async def wait_for(
+    emulator: KubeEmulator,
+    resource: str,
+    namespace: str | None,
+    name: str,
+    predicate: Any,
+    *,
+    timeout_s: float = 20.0,
+) -> dict[str, Any]:
+    """Wait until the object exists and `predicate(obj)` is true; returns it."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    last: dict[str, Any] | None = None
+    while True:
+        last = emulator.get(resource, namespace, name)
+        if last is not None and predicate(last):
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(
+                f"{resource} {namespace}/{name} not as expected within {timeout_s} s; last: {last!r}"[:4000]
+            )
+        await asyncio.sleep(0.05)
