@@ -38,7 +38,9 @@ REASONS = (
     "delivery-conflict",
     "database-unavailable",
     "internal-error",
+    "other",
 )
+"""Any other value is counted as `other`, so the label set stays this one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,7 @@ class ReceiverMetrics:
             self.rejected.labels(reason)
 
     def reject(self, reason: str) -> None:
-        self.rejected.labels(reason if reason in REASONS else "bad-headers").inc()
+        self.rejected.labels(reason if reason in REASONS else "other").inc()
 
     def counts(self) -> Counts:
         def value(name: str, labels: dict[str, str]) -> int:

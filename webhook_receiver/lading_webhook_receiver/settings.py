@@ -28,8 +28,9 @@ class ReceiverSettings:
     pool_max_size: int = 10
     """At most this many deliveries are in a transaction at once; more wait for a connection."""
     database_timeout_s: float = 10.0
-    """A delivery whose transaction cannot finish within this (waiting for a connection
-    included) is answered 503 with Retry-After: the sender retries, the inbox dedups."""
+    """The longest wait for a connection, and for each statement of a delivery's transaction
+    (and for the readiness check). Past it the delivery is answered 503 with Retry-After: the
+    sender retries, the inbox dedups."""
     retry_after_s: int = 5
     """The Retry-After of a 503 (database unavailable)."""
     shutdown_grace_s: float = 30.0

@@ -31,7 +31,7 @@ async def test_a_committed_delivery_whose_answer_was_lost_is_booked_once_when_re
 ) -> None:
     body = deliveries.event_body()
     headers = deliveries.signed(body, secret=secret, delivery_id="msg_lost")
-    with failpoints.enabled("receiver.after_commit_before_response", "sleep(2000)@1"):
+    with failpoints.enabled("receiver.after_commit_before_response", "sleep(1000)@1"):
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3)) as impatient:
             with pytest.raises(TimeoutError):
                 async with impatient.post(receiver.url, data=body, headers=headers) as response:
