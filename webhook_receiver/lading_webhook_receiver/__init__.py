@@ -21,7 +21,7 @@ In-process use (`lading run`, tests):
     async with serving.receiving(database_url=url, secrets=["whsec_..."], host="127.0.0.1", port=0) as server:
         server.url                          # POST deliveries here
         server.counts()                     # accepted / duplicate_delivery / duplicate_intent / rejected
-        await ledger.count(conn)            # ERP records booked
+        await server.ledger_count()         # ERP records booked (ledger.count(conn) on any connection)
 
 The receiver keeps its tables in its own database (an ERP team's; it may also share Lading's):
 `erp_inbox` and `ledger_invoices` in the connection's current schema, and its migration

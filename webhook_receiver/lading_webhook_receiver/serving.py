@@ -4,6 +4,7 @@ Running a receiver: migrations, the connection pool and the HTTP server, as one 
     async with serving.receiving(database_url=url, secrets=["whsec_..."], port=0) as server:
         server.url          # http://127.0.0.1:PORT/webhooks/lading, where deliveries go
         server.counts()     # metrics.Counts: accepted, duplicate_delivery, duplicate_intent, rejected
+        await server.ledger_count()   # ERP records booked (or ledger.count(conn) on any connection)
 
 Entering applies the receiver's migrations (safe with many replicas: advisory lock) and
 starts listening; leaving stops accepting, lets deliveries in flight finish (up to the
@@ -23,7 +24,7 @@ import asyncpg
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.webhooks import signing
-from lading_webhook_receiver import adapters, app, metrics, settings
+from lading_webhook_receiver import adapters, app, ledger, metrics, settings
 
 SERVER_SETTINGS = {"application_name": "lading-receiver"}
 
@@ -48,6 +49,11 @@ class RunningReceiver:
 
     def counts(self) -> metrics.Counts:
         return self.observed.counts()
+
+    async def ledger_count(self) -> int:
+        """ERP records in the ledger (through the receiver's own pool)."""
+        async with self.pool.acquire() as conn:
+            return await ledger.count(conn)
 
 
 async def migrate(database_url: str) -> migrating.MigrateResult:

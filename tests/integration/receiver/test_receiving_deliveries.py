@@ -30,6 +30,7 @@ async def test_a_signed_delivery_books_one_invoice_and_answers_after_commit(
     assert (row["lading_job_id"], row["delivery_id"], str(row["total"])) == ("7", "msg_a", "118.000000")
     assert await inbox.count_by_status(db) == {"accepted": 1}
     assert receiver.counts().accepted == 1
+    assert await receiver.ledger_count() == 1
 
 
 async def test_a_replayed_delivery_gets_the_original_answer_and_changes_nothing(
