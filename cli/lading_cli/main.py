@@ -9,6 +9,7 @@
     review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
     crds          write the CustomResourceDefinitions generated from the models (--check: verify)
     receiver      the reference ERP webhook receiver (verifies, dedups, books invoices)
+    operator      run the Kubernetes operator (reconciles batches, pools, quotas, endpoints)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading_cli import crds, local, receiver, reports, review
+from lading_cli import operator as operator_cli
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -88,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     receiver_parser = commands.add_parser("receiver", help="run the reference ERP webhook receiver")
     receiver.add_arguments(receiver_parser)
     receiver_parser.set_defaults(handler=receiver.run)
+
+    operator_parser = commands.add_parser("operator", help="run the Kubernetes operator")
+    operator_cli.add_arguments(operator_parser)
+    operator_parser.set_defaults(handler=operator_cli.run)
     return parser
 
 

@@ -1,0 +1,87 @@
+"""
+`lading operator`: run the Kubernetes operator.
+
+    lading operator [--kubeconfig FILE] [--database-url URL] [--namespace NS ...] [--http HOST:PORT]
+                    [--worker-image IMAGE] [--db-secret NAME:KEY] [--standalone | --peering]
+
+The cluster is found the standard way: `--kubeconfig`, else the in-cluster service account, else
+`$KUBECONFIG` / `~/.kube/config`. The database comes from `--database-url` or `$DATABASE_URL`; its
+migrations must be applied (`lading migrate`). SIGINT/SIGTERM stop it gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from lading import health
+from lading_operator import app, rendering, settings
+
+
+def _secret_key(value: str) -> rendering.SecretKeySelector:
+    name, sep, key = value.partition(":")
+    if not sep or not name or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME:KEY (a Secret and a key in it), got {value!r}")
+    return rendering.SecretKeySelector(name=name, key=key)
+
+
+def _listen(value: str) -> tuple[str, int]:
+    try:
+        return health.parse_listen(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = rendering.OperatorConfig()
+    parser.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, else $KUBECONFIG / ~/.kube/config")
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    parser.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="serve only this namespace (repeatable); default: cluster-wide",
+    )
+    parser.add_argument(
+        "--http", type=_listen, metavar="HOST:PORT", help="serve /metrics, /healthz and /readyz here; off by default"
+    )
+    parser.add_argument(
+        "--worker-image",
+        default=defaults.worker_image,
+        help=f"image of worker Deployments (default {defaults.worker_image})",
+    )
+    parser.add_argument(
+        "--db-secret",
+        type=_secret_key,
+        default=defaults.database_secret,
+        metavar="NAME:KEY",
+        help="Secret key with the PostgreSQL URL, in each pool's namespace, for workers "
+        f"(default {defaults.database_secret.name}:{defaults.database_secret.key})",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--standalone", dest="standalone", action="store_true", default=True, help="one replica (default)"
+    )
+    mode.add_argument("--peering", dest="standalone", action="store_false", help="coordinate replicas via kopf peering")
+    parser.add_argument("--log-level", default=argparse.SUPPRESS, help="overrides the global --log-level")
+
+
+def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
+    return settings.OperatorSettings(
+        database_url=args.database_url,
+        kubeconfig=args.kubeconfig,
+        namespaces=tuple(args.namespaces),
+        http=args.http,
+        standalone=args.standalone,
+        render=rendering.OperatorConfig(worker_image=args.worker_image, database_secret=args.db_secret),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.database_url:
+        raise SystemExit("lading operator: --database-url or $DATABASE_URL is required")
+    asyncio.run(app.operate(settings_from(args)))
+    return 0
