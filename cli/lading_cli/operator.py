@@ -15,8 +15,9 @@ import argparse
 import asyncio
 import os
 
-from lading import health
 from lading_operator import app, rendering, settings
+
+from lading import health
 
 
 def _secret_key(value: str) -> rendering.SecretKeySelector:
