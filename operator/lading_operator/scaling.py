@@ -255,6 +255,39 @@ def _situation(signals: Signals, target_s: int, idle_s: float | None) -> str:
     return f"idle {idle_s:.0f}s"
 
 
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """What the demand and the limits ask for, before stabilisation, idling and headroom."""
+
+    replicas: int
+    limited_by: str
+    capacity: Capacity
+
+
+def recommend(spec: specs.InferencePoolSpec, signals: Signals) -> Recommendation:
+    """raw = clamp(min(demand, useful), minReplicas, maxReplicas) (see the module doc)."""
+    workers = spec.workers
+    backlog = max(signals.eligible_backlog, 0)
+    in_flight = max(signals.in_flight, 0)
+    cap = capacity(spec, signals)
+    target_s = workers.target_oldest_age_seconds
+    age = signals.oldest_eligible_age_s or 0.0
+    urgency = min(max(age / target_s, 1.0), URGENCY_MAX) if backlog else 1.0
+    required_per_s = urgency * backlog / target_s
+    slots = in_flight + required_per_s * cap.latency_s
+    demand = _ceil(slots / workers.concurrency)
+    useful = max(_ceil(cap.per_s * cap.latency_s / workers.concurrency), 1)
+    limited_by = LIMITED_BY_DEMAND
+    wanted = demand
+    if useful < demand:
+        wanted, limited_by = useful, cap.limited_by
+    if wanted > workers.max_replicas:
+        wanted, limited_by = workers.max_replicas, LIMITED_BY_MAX
+    if wanted < workers.min_replicas:
+        wanted, limited_by = workers.min_replicas, LIMITED_BY_MIN
+    return Recommendation(replicas=wanted, limited_by=limited_by, capacity=cap)
+
+
 def decide(
         spec: specs.InferencePoolSpec,
         signals: Signals,
@@ -266,30 +299,18 @@ def decide(
     current = max(signals.current_replicas, 0)
     backlog = max(signals.eligible_backlog, 0)
     in_flight = max(signals.in_flight, 0)
-    cap = capacity(spec, signals)
-    concurrency = workers.concurrency
     target_s = workers.target_oldest_age_seconds
-
-    # Demand: concurrent calls needed for what runs plus the backlog drained within one target age.
-    age = signals.oldest_eligible_age_s or 0.0
-    urgency = min(max(age / target_s, 1.0), URGENCY_MAX) if backlog else 1.0
-    required_per_s = urgency * backlog / target_s
-    slots = in_flight + required_per_s * cap.latency_s
-    demand = _ceil(slots / concurrency)
-    useful = max(_ceil(cap.per_s * cap.latency_s / concurrency), 1)
-    limited_by = LIMITED_BY_DEMAND
-    wanted = demand
-    if useful < demand:
-        wanted, limited_by = useful, cap.limited_by
-    if wanted > workers.max_replicas:
-        wanted, limited_by = workers.max_replicas, LIMITED_BY_MAX
-    if wanted < workers.min_replicas:
-        wanted, limited_by = workers.min_replicas, LIMITED_BY_MIN
-    raw = wanted
+    recommendation = recommend(spec, signals)
+    cap = recommendation.capacity
+    raw = recommendation.replicas
+    limited_by = recommendation.limited_by
 
     # Idle: since when nothing waited or ran.
     has_demand = backlog > 0 or in_flight > 0
     last_demand = now if has_demand else state.last_nonzero_demand_at
+    if last_demand is None and current > 0:
+        # Running workers and no memory (operator restarted): the idle period starts now.
+        last_demand = now
     idle_s = None if has_demand or last_demand is None else max((now - last_demand).total_seconds(), 0.0)
     idle_long_enough = not has_demand and (idle_s is None or idle_s >= workers.idle_seconds)
 
@@ -299,7 +320,7 @@ def decide(
     window = dt.timedelta(seconds=workers.scale_down_stabilization_seconds)
     history = state.recommendations or ((now, current),)
     recommendations = _remember(history, now=now, replicas=raw, window=window)
-    stabilized = max(replicas for _, replicas in recommendations)
+    stabilized = min(max(replicas for _, replicas in recommendations), workers.max_replicas)
 
     notes: list[str] = []
     if raw > current:
@@ -314,7 +335,7 @@ def decide(
     if target == 0 and current > 0 and not idle_long_enough:
         target = 1
         limited_by = LIMITED_BY_IDLE
-        notes.append(f"idle {_age(idle_s)} < {workers.idle_seconds}s")
+        notes.append(f"keeping 1 until idle for {workers.idle_seconds}s")
 
     # Headroom: never add workers the provider cannot serve.
     desired_before_headroom = target
