@@ -35,6 +35,13 @@ async def progress(conn: asyncpg.Connection, *, batch_id: BatchId, total: int) -
     return Progress(batch_id=batch_id, total=total, counts=counts)
 
 
+async def set_suspended(conn: asyncpg.Connection, *, batch_id: BatchId, suspended: bool) -> int | None:
+    """Suspend or resume a batch and its jobs in one statement; how many jobs changed, or None
+    when there is no such batch. Suspended jobs are never claimed and never scanned by claims."""
+    row = await conn.fetchrow(queries.sql("batch_set_suspended"), batch_id, suspended)
+    return None if row is None else int(row["jobs"])
+
+
 async def timing(conn: asyncpg.Connection, *, batch_id: BatchId) -> tuple[dt.datetime, dt.datetime | None]:
     row = await conn.fetchrow(queries.sql("batch_timing"), batch_id)
     assert row is not None, f"batch {batch_id} exists"

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from lading.db import queries
+from lading.db import job_documents, queries
 from lading.ids import BatchId, Fence, JobId, PoolName, WorkerId
 from lading.jobs import transitions
 from lading.jobs.states import JobState
@@ -36,13 +36,17 @@ class ClaimedJob:
     schema: str
     validation_policy: str
     pool: PoolName
-    text: str
+    text: str | None
+    """The document's text; None for a document given by manifest until the worker fetched it
+    from `source` (lading.documents.fetching)."""
     claimed_at: dt.datetime
     """Database time of the claim: the executor's notion of "now" derives from it."""
     previous_error_class: str | None = None
     """How the previous attempt ended, if it failed."""
     previous_output_sha256: str | None = None
     """Digest of the previous attempt's invalid output, to recognise a deterministic failure."""
+    source: job_documents.DocumentSource | None = None
+    """Where a document given by manifest lives (URI, SHA-256, size); set by the claimer."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +75,11 @@ async def allocate_ids(conn: asyncpg.Connection, *, count: int) -> list[JobId]:
     return [JobId(r["id"]) for r in rows]
 
 
+CLAIM_AGING_S = 300.0
+"""Priority aging step: a job ranks as if it were one class higher per this many seconds of
+waiting (a `low` job due for 10 minutes ranks with a `high` one due now). See docs/fairness.md."""
+
+
 async def claim_batch(
         conn: asyncpg.Connection,
         *,
@@ -78,9 +87,29 @@ async def claim_batch(
         worker_id: WorkerId,
         limit: int,
         lease_ttl_s: float,
+        aging_s: float = CLAIM_AGING_S,
 ) -> list[ClaimedJob]:
-    """Take up to `limit` eligible jobs of `pool` in one statement (SKIP LOCKED)."""
-    rows = await conn.fetch(queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s)
+    """Take up to `limit` eligible jobs of `pool`, shared fairly among its tenants.
+
+    One short transaction of two statements: the plan (which tenants, how many each; their
+    rows locked) and the claim itself, whose fresh snapshot sees every claim committed before
+    the plan's locks. Runs as a savepoint when the caller already holds a transaction.
+    """
+    async with conn.transaction():
+        plan = await conn.fetch(queries.sql("job_claim_plan"), pool, limit)
+        if not plan:
+            return []
+        rows = await conn.fetch(
+            queries.sql("job_claim_batch"),
+            pool,
+            worker_id,
+            lease_ttl_s,
+            aging_s,
+            [p["tenant"] for p in plan],
+            [p["take"] for p in plan],
+            [p["vtime"] for p in plan],
+            [p["weight"] for p in plan],
+        )
     return [
         ClaimedJob(
             id=JobId(r["id"]),

@@ -24,7 +24,23 @@ SELECT b.created_at AS started_at,
   FROM batches b WHERE b.id = $1;
 
 -- name: batch_set_suspended
-UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id;
+-- Suspend ($2 true) or resume batch $1 together with its jobs: the jobs' own flag keeps a
+-- suspended batch out of the claim index (extraction_jobs_fair_claimable), so no claim reads
+-- them. Suspension marks unfinished jobs (a running one stays out once it is rescheduled);
+-- resumption clears every mark and wakes idle claimers of the batch's pool at commit.
+WITH batch AS (
+    UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id, pool
+), marked AS (
+    UPDATE extraction_jobs j
+       SET suspended = $2
+      FROM batch b
+     WHERE j.batch_id = b.id AND j.suspended <> $2
+       AND (NOT $2 OR j.state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING'))
+    RETURNING j.id
+)
+SELECT b.id, (SELECT count(*) FROM marked)::int AS jobs,
+       CASE WHEN NOT $2 THEN pg_notify('lading_jobs', b.pool) END IS NULL AS notified
+  FROM batch b;
 
 -- name: batch_exists
 SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2);

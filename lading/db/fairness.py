@@ -1,0 +1,91 @@
+"""
+Repository of fair claiming's state: tenants' daily token budgets and per-pool fair shares.
+
+The claim itself (`jobs.claim_batch`) reads and writes this state in its own transaction;
+these functions are for status, conditions and reports: the operator mirrors
+`tenant_budget_exhausted` into a `BudgetExhausted` condition on the tenant's batches.
+docs/fairness.md explains the scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import asyncpg
+
+from lading.db import queries
+from lading.ids import PoolName, TenantName
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantBudget:
+    """A tenant's token budget for the current UTC day."""
+
+    tenant: TenantName
+    budget: int | None
+    """TenantQuota `dailyTokenBudget`; None: unlimited."""
+    used: int
+    """Prompt + completion tokens of every attempt finished today (stale ones included)."""
+    exhausted: bool
+    """True once `used` reached `budget`: the tenant's jobs wait (they are not failed)."""
+    resets_at: dt.datetime
+    """Next UTC midnight, when a new day's budget starts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantShare:
+    """One tenant's place in a pool's fair sharing."""
+
+    tenant: TenantName
+    weight: int
+    max_in_flight: int | None
+    vtime: float
+    """Jobs claimed in this pool divided by weight (lifted when the tenant comes back from idle)."""
+    served: int
+    served_at: dt.datetime | None
+    in_flight: int
+    """RUNNING jobs of the tenant in every pool: what `max_in_flight` bounds."""
+    due: int
+    """Jobs of the tenant waiting and due in this pool (suspended batches excluded)."""
+
+
+MAX_SHARES = 1000
+"""Most tenants `shares_of_pool` lists."""
+
+
+async def tenant_budget(conn: asyncpg.Connection, *, tenant: TenantName) -> TenantBudget | None:
+    """Today's budget of `tenant`, or None when there is no such tenant."""
+    row = await conn.fetchrow(queries.sql("tenant_budget_get"), tenant)
+    if row is None:
+        return None
+    return TenantBudget(
+        tenant=TenantName(row["tenant"]),
+        budget=row["budget"],
+        used=int(row["used"]),
+        exhausted=bool(row["exhausted"]),
+        resets_at=row["resets_at"],
+    )
+
+
+async def tenant_budget_exhausted(conn: asyncpg.Connection, tenant: TenantName) -> bool:
+    """Whether `tenant` spent today's token budget (its batches then show BudgetExhausted)."""
+    budget = await tenant_budget(conn, tenant=tenant)
+    return budget is not None and budget.exhausted
+
+
+async def shares_of_pool(conn: asyncpg.Connection, *, pool: PoolName, limit: int = MAX_SHARES) -> list[TenantShare]:
+    rows = await conn.fetch(queries.sql("tenant_queues_of_pool"), pool, min(limit, MAX_SHARES))
+    return [
+        TenantShare(
+            tenant=TenantName(r["tenant"]),
+            weight=r["weight"],
+            max_in_flight=r["max_in_flight"],
+            vtime=r["vtime"],
+            served=int(r["served"]),
+            served_at=r["served_at"],
+            in_flight=int(r["in_flight"]),
+            due=int(r["due"]),
+        )
+        for r in rows
+    ]
