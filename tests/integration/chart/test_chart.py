@@ -1,0 +1,259 @@
+"""
+The Helm chart, rendered by a real `helm` binary: it lints and renders with default and
+non-default values, every object validates against Kubernetes' own schemas, RBAC is least
+privilege, its CRDs are the generated ones, and values.schema.json rejects bad values.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.support import crd_schema
+
+REPO = crd_schema.REPO
+CHART = REPO / "charts" / "lading"
+HERE = pathlib.Path(__file__).resolve().parent
+NON_DEFAULT = HERE / "values-nondefault.yaml"
+BAD = HERE / "values-bad.yaml"
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+@functools.cache
+def helm() -> str:
+    candidate = os.environ.get("LADING_HELM") or str(REPO / ".venv" / "tools" / "helm")
+    if not (pathlib.Path(candidate).is_file() and os.access(candidate, os.X_OK)):
+        found = shutil.which("helm")
+        if found is None:
+            pytest.fail(
+                f"no helm binary at {candidate} ($LADING_HELM or .venv/tools/helm) nor on PATH; "
+                "`make test` installs it (hack/install_helm.py)"
+            )
+        candidate = found
+    return candidate
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@functools.cache
+def rendered(values: pathlib.Path | None) -> tuple[dict[str, Any], ...]:
+    args = ["template", "lading", str(CHART), "--namespace", "lading-system", "--include-crds"]
+    if values is not None:
+        args += ["--values", str(values)]
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stderr
+    return tuple(document for document in yaml.safe_load_all(result.stdout) if document)
+
+
+def objects(values: pathlib.Path | None, kind: str | None = None) -> Iterator[dict[str, Any]]:
+    for document in rendered(values):
+        if kind is None or document["kind"] == kind:
+            yield document
+
+
+VALUES = [None, NON_DEFAULT]
+VALUE_IDS = ["default", "non-default"]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_helm_lint(values: pathlib.Path | None) -> None:
+    args = ["lint", str(CHART), "--strict"] + (["--values", str(values)] if values else [])
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_every_rendered_object_validates_against_kubernetes_schemas(values: pathlib.Path | None) -> None:
+    kinds = []
+    for document in objects(values):
+        kinds.append(document["kind"])
+        if document["kind"] in MONITORING_KINDS:
+            _check_monitoring_shape(document)
+            continue
+        try:
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{document['kind']} {document['metadata'].get('name')}: {exc.message}")
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"} <= set(
+        kinds
+    )
+
+
+def _check_monitoring_shape(document: dict[str, Any]) -> None:
+    """monitoring.coreos.com kinds are not in kubernetes-validate: check the fields Prometheus operator needs."""
+    assert document["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(document) == {"apiVersion", "kind", "metadata", "spec"}
+    assert document["metadata"]["name"] and document["metadata"]["namespace"]
+    spec = document["spec"]
+    if document["kind"] == "PrometheusRule":
+        assert spec["groups"]
+        for group in spec["groups"]:
+            assert set(group) == {"name", "rules"}
+            for rule in group["rules"]:
+                assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}
+                assert rule["alert"][0].isupper() and rule["expr"].strip()
+                assert rule["labels"]["severity"] in ("warning", "critical")
+                assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+    else:
+        endpoints_key = "endpoints" if document["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
+        assert set(spec) == {"selector", "namespaceSelector", endpoints_key}
+        assert spec["selector"]["matchLabels"]
+        for endpoint in spec[endpoints_key]:
+            assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_chart_crds_are_the_generated_ones(values: pathlib.Path | None) -> None:
+    ours = {crd["metadata"]["name"]: crd for crd in crd_schema.load_crds().values()}
+    chart = {crd["metadata"]["name"]: crd for crd in objects(values, "CustomResourceDefinition")}
+    assert chart == ours, "charts/lading/crds/ differs from crds/: run `make crds`"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_rbac_is_least_privilege(values: pathlib.Path | None) -> None:
+    for document in objects(values):
+        if document["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in document["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{document['metadata']['name']}: wildcard {field}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            if "secrets" in rule["resources"] or "customresourcedefinitions" in rule["resources"]:
+                assert "deletecollection" not in rule["verbs"]
+            if "customresourcedefinitions" in rule["resources"]:
+                assert set(rule["verbs"]) == {"get", "list", "watch"}, "the operator never changes CRDs"
+
+
+def _rules(values: pathlib.Path | None, kind: str) -> list[tuple[str, str, str]]:
+    return [
+        (group, resource, verb)
+        for document in objects(values, kind)
+        for rule in document["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
+
+
+def test_default_rbac_is_cluster_wide_and_namespaced_rbac_follows_watch_namespaces() -> None:
+    cluster = _rules(None, "ClusterRole")
+    assert ("lading.dev", "extractionbatches/status", "patch") in cluster
+    assert ("lading.dev", "tenantquotas", "watch") in cluster
+    assert ("apps", "deployments", "create") in cluster and ("", "secrets", "get") in cluster
+    assert not any(group == "keda.sh" for group, _, _ in cluster), "KEDA rights only when asked for"
+    assert not list(objects(None, "Role"))
+
+    cluster = _rules(NON_DEFAULT, "ClusterRole")
+    assert not any(resource in ("deployments", "secrets", "services") for _, resource, _ in cluster)
+    roles = list(objects(NON_DEFAULT, "Role"))
+    assert sorted(role["metadata"]["namespace"] for role in roles) == ["acme", "lading-system"]
+    namespaced = _rules(NON_DEFAULT, "Role")
+    assert ("keda.sh", "scaledobjects", "create") in namespaced
+    assert ("", "secrets", "watch") in namespaced
+    bindings = list(objects(NON_DEFAULT, "RoleBinding"))
+    assert {binding["subjects"][0]["namespace"] for binding in bindings} == {"lading-system"}
+
+
+def _deployment(values: pathlib.Path | None, component: str) -> dict[str, Any]:
+    for document in objects(values, "Deployment"):
+        if document["metadata"]["labels"]["app.kubernetes.io/component"] == component:
+            return document
+    raise AssertionError(f"no {component} Deployment")
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_operator_deployment(values: pathlib.Path | None) -> None:
+    deployment = _deployment(values, "operator")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][2:5] == ["operator", "--http", "0.0.0.0:8080"]
+    env = {variable["name"]: variable for variable in container["env"]}
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "lading-database", "key": "url"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert [init["args"][-1] for init in pod["initContainers"]] == ["migrate"]
+    tag = "0.1.0-rc1" if values else yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"ghcr.io/lading-dev/lading:{tag}"
+    services = {service["metadata"]["name"]: service for service in objects(values, "Service")}
+    metrics = next(service for name, service in services.items() if name.endswith("-metrics"))
+    assert metrics["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_non_default_parts() -> None:
+    operator = _deployment(NON_DEFAULT, "operator")["spec"]["template"]["spec"]["containers"][0]
+    assert operator["args"].count("--namespace") == 2
+    env = {variable["name"]: variable for variable in operator["env"]}
+    assert env["LADING_AMQP_URL"]["valueFrom"]["secretKeyRef"] == {"name": "lading-amqp", "key": "url"}
+    receiver = _deployment(NON_DEFAULT, "receiver")["spec"]["template"]["spec"]
+    assert receiver["automountServiceAccountToken"] is False
+    assert receiver["containers"][0]["args"][:5] == ["receiver", "--host", "0.0.0.0", "--port", "8080"]
+    assert _deployment(NON_DEFAULT, "relay")["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "relay"
+    secrets = list(objects(NON_DEFAULT, "Secret"))
+    assert sorted(secret["metadata"]["namespace"] for secret in secrets) == ["acme", "lading-system"]
+    (dashboard,) = objects(NON_DEFAULT, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    shipped = json.loads((CHART / "files" / "dashboards" / "lading.json").read_text())
+    assert json.loads(dashboard["data"]["lading.json"]) == shipped
+    (rule,) = objects(NON_DEFAULT, "PrometheusRule")
+    alerts = {alert["alert"] for group in rule["spec"]["groups"] for alert in group["rules"]}
+    assert {
+        "LadingOldestEligibleAgeHigh",
+        "LadingOutboxStuck",
+        "LadingDeliveryUnknownExternal",
+        "LadingReviewQueueAgeing",
+        "LadingDeliveryFailing",
+        "LadingWorkerLeasesLostSpiking",
+        "LadingPoolCoolingDown",
+    } <= alerts
+    assert {"ServiceMonitor", "PodMonitor"} <= {document["kind"] for document in objects(NON_DEFAULT)}
+
+
+def test_optional_parts_are_off_by_default() -> None:
+    kinds = {document["kind"] for document in objects(None)}
+    assert not kinds & (MONITORING_KINDS | {"ConfigMap", "Secret"})
+    components = {
+        document["metadata"]["labels"]["app.kubernetes.io/component"] for document in objects(None, "Deployment")
+    }
+    assert components == {"operator"}
+
+
+def test_values_schema_rejects_bad_values() -> None:
+    lint = run_helm("lint", str(CHART), "--values", str(BAD))
+    assert lint.returncode != 0
+    output = lint.stdout + lint.stderr
+    assert "/operator/logLevel" in output and "watchNamespace" in output and "/database/extraNamespaces/0" in output
+    template = run_helm("template", "lading", str(CHART), "--values", str(BAD))
+    assert template.returncode != 0 and "/operator/logLevel" in template.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("relay.enabled=true", "/amqp/secretName"),
+        ("receiver.enabled=true", "/receiver/database/secretName"),
+        ("database.create=true", "/database"),
+        ("image.tag=latest", "/image/tag"),
+        ("metrics.port=0", "/metrics/port"),
+    ],
+)
+def test_values_schema_rejects_incomplete_combinations(override: str, expected: str) -> None:
+    result = run_helm("template", "lading", str(CHART), "--set", override)
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
