@@ -14,6 +14,15 @@ Idempotent by (tenant, idempotency key), where the key is the batch's identity
 Concurrent acceptances of the same batch are decided by the unique index on
 (tenant, idempotency_key), never by "SELECT then INSERT". Job rows go in with COPY: a
 10,000-document batch is a few round trips, not 10,000.
+
+A large batch gives its documents by manifest (`BatchRequest.manifest`, a manifest already
+read and validated into a local spool by `lading.documents.manifests.spool`, outside any
+transaction). Its acceptance is the same one transaction: the spool is COPYed into a
+transaction-local staging table, checked as a whole (unique keys), hashed in key order, and
+moved into extraction_jobs and job_documents (URI, SHA-256, size; never the text) with two
+set-based INSERTs. The batch request hash covers (key, SHA-256 of the document's bytes) exactly
+like inline documents' digests, so the same documents hash the same either way, and a
+re-admission of the same manifest is idempotent like an inline one.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from typing import Any
 import asyncpg
 
 from lading import errors, failpoints
-from lading.db import jobs, queries
+from lading.db import job_documents, jobs, queries
+from lading.documents import manifests
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
 
@@ -61,9 +71,16 @@ class BatchRequest:
     priority: str
     deadline_s: int
     documents: Sequence[DocumentInput]
+    """Inline documents; empty when `manifest` gives them."""
     endpoint: str | None = None
     suspended: bool = False
     max_attempts: int = 5
+    manifest: manifests.Spooled | None = None
+    """A validated manifest on local disk (large batches), instead of inline `documents`."""
+
+    @property
+    def document_count(self) -> int:
+        return self.manifest.documents if self.manifest is not None else len(self.documents)
 
     @property
     def idempotency_key(self) -> str:
@@ -86,6 +103,8 @@ async def accept_batch(
 ) -> AcceptResult:
     if request.priority not in PRIORITIES:
         raise ValueError(f"unknown priority {request.priority!r}; expected one of {sorted(PRIORITIES)}")
+    if request.manifest is not None:
+        return await _accept_manifest(conn, request, request.manifest, lock_timeout_s=lock_timeout_s)
     digests = [hashing.content_digest(d.text) for d in request.documents]
     batch_hash = hashing.batch_request_hash(
         schema=request.schema,
@@ -146,6 +165,94 @@ async def accept_batch(
             f"batch {request.idempotency_key} is being accepted by another transaction; retry shortly"
         ) from None
     return AcceptResult(batch_id=batch_id, job_ids=tuple(job_ids), created=True)
+
+
+async def _accept_manifest(
+        conn: asyncpg.Connection,
+        request: BatchRequest,
+        manifest: manifests.Spooled,
+        *,
+        lock_timeout_s: float,
+) -> AcceptResult:
+    """The manifest path of accept_batch: same transaction shape, same idempotency, bulk SQL."""
+    if request.documents:
+        raise ValueError("a batch request has inline documents or a manifest, not both")
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('lock_timeout', $1, true)", f"{int(lock_timeout_s * 1000)}ms")
+            await job_documents.stage_manifest(conn, manifest)
+            duplicate = await job_documents.staged_duplicate_key(conn)
+            if duplicate is not None:
+                raise manifests.ManifestInvalid(
+                    f"manifest line {duplicate.line}: key: {duplicate.key!r} is already listed on line "
+                    f"{duplicate.first_line}; keys must be unique in a manifest",
+                    line=duplicate.line,
+                    field="key",
+                )
+            hasher = hashing.BatchRequestHasher(
+                schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
+            )
+            async for key, digest in job_documents.staged_pairs(conn):
+                hasher.add(key, digest)
+            batch_hash = hasher.hexdigest()
+            inserted = await conn.fetchrow(
+                queries.sql("batch_insert"),
+                request.tenant,
+                request.namespace,
+                request.name,
+                request.uid,
+                request.idempotency_key,
+                batch_hash,
+                hashing.HASH_VERSION,
+                request.schema,
+                request.pool,
+                request.validation_policy,
+                PRIORITIES[request.priority],
+                request.deadline_s,
+                request.endpoint,
+                request.suspended,
+                manifest.documents,
+            )
+            if inserted is None:
+                return await _existing(conn, request, batch_hash)
+            batch_id = BatchId(inserted["id"])
+            prefix, suffix = hashing.job_request_template(
+                schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
+            )
+            await job_documents.insert_staged_jobs(
+                conn,
+                tenant=request.tenant,
+                batch_id=batch_id,
+                hash_prefix=prefix,
+                hash_suffix=suffix,
+                pool=request.pool,
+                schema=request.schema,
+                validation_policy=request.validation_policy,
+                priority=PRIORITIES[request.priority],
+                max_attempts=request.max_attempts,
+                deadline_at=inserted["now"] + dt.timedelta(seconds=request.deadline_s),
+            )
+            await failpoints.ahit("accept.after_jobs_before_documents")
+            await job_documents.insert_staged_documents(conn, batch_id=batch_id)
+            job_ids = tuple(JobId(r["id"]) for r in await conn.fetch(queries.sql("batch_job_ids"), batch_id))
+            await conn.execute(
+                queries.sql("batch_accepted_event"),
+                batch_id,
+                {
+                    "batch_id": batch_id,
+                    "tenant": request.tenant,
+                    "batch": {"namespace": request.namespace, "name": request.name},
+                    "pool": request.pool,
+                    "jobs": len(job_ids),
+                },
+                request.pool,
+            )
+            await failpoints.ahit("accept.before_commit")
+    except asyncpg.LockNotAvailableError:
+        raise errors.AcceptanceInProgress(
+            f"batch {request.idempotency_key} is being accepted by another transaction; retry shortly"
+        ) from None
+    return AcceptResult(batch_id=batch_id, job_ids=job_ids, created=True)
 
 
 async def _existing(conn: asyncpg.Connection, request: BatchRequest, batch_hash: str) -> AcceptResult:

@@ -62,6 +62,23 @@ class AttemptSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class DocumentSettings:
+    """Reading manifests (admission) and documents given by URI (workers). See docs/large-batches.md."""
+
+    roots: tuple[str, ...] = ()
+    """Directories file:// manifests and documents may be read from (`--document-root`, repeatable;
+    $LADING_DOCUMENT_ROOTS, separated by ':'). Empty: every file:// URI is refused, so a batch
+    cannot make a worker read an arbitrary file of its container."""
+    fetch_timeout_s: float = 60.0
+    """Upper bound for fetching one document or one manifest's connection phase and each read; a
+    shared volume or an object store that stalls longer is treated as unavailable (retried)."""
+    manifest_timeout_s: float = 600.0
+    """Upper bound for reading a whole manifest at admission: a million lines over a slow link."""
+    max_redirects: int = 3
+    """http(s) redirects followed per fetch, each to http(s) only and vetted like the first URL."""
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerSettings:
     pool: str
     """The InferencePool (`namespace/name`) whose jobs this worker claims."""
@@ -69,6 +86,7 @@ class WorkerSettings:
     claimer: ClaimerSettings = dataclasses.field(default_factory=ClaimerSettings)
     reaper: ReaperSettings = dataclasses.field(default_factory=ReaperSettings)
     attempt: AttemptSettings = dataclasses.field(default_factory=AttemptSettings)
+    documents: DocumentSettings = dataclasses.field(default_factory=DocumentSettings)
     shutdown_grace_s: float = 20.0
     """On SIGTERM: stop claiming, let in-flight attempts finish this long, then leave the rest
     to lease expiry. Below Kubernetes' default 30 s termination grace period."""

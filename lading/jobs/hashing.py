@@ -40,6 +40,25 @@ def job_request_hasher(
     in, which gives byte-for-byte the canonical JSON of the whole request: a 10,000-job
     batch costs 10,000 SHA-256 calls, not 10,000 JSON serialisations.
     """
+    prefix, suffix = job_request_template(schema=schema, model_policy=model_policy, validation_policy=validation_policy)
+
+    def job_hash(content_sha256: str) -> str:
+        # A hex digest (what content_digest returns) needs no JSON escaping: quoting it is
+        # its canonical JSON. The equivalence with job_request_hash is property-tested.
+        return hashlib.sha256(prefix + b'"' + content_sha256.encode() + b'"' + suffix).hexdigest()
+
+    return job_hash
+
+
+def job_request_template(
+        *,
+        schema: str,
+        model_policy: Mapping[str, Any],
+        validation_policy: str,
+) -> tuple[bytes, bytes]:
+    """The canonical JSON of a job request split around its digest: the request of a document
+    with digest D is `prefix + b'"' + D + b'"' + suffix`. Bulk acceptance computes the same hash
+    in SQL from these two parts (`sha256(prefix || '"' || digest || '"' || suffix)`)."""
     placeholder = "DOCUMENT-DIGEST"
     template = canonical_json(
         {
@@ -51,13 +70,7 @@ def job_request_hasher(
         }
     )
     prefix, suffix = template.split(f'"{placeholder}"'.encode())
-
-    def job_hash(content_sha256: str) -> str:
-        # A hex digest (what content_digest returns) needs no JSON escaping: quoting it is
-        # its canonical JSON. The equivalence with job_request_hash is property-tested.
-        return hashlib.sha256(prefix + b'"' + content_sha256.encode() + b'"' + suffix).hexdigest()
-
-    return job_hash
+    return prefix, suffix
 
 
 def job_request_hash(
@@ -100,3 +113,41 @@ def batch_request_hash(
             }
         )
     ).hexdigest()
+
+
+class BatchRequestHasher:
+    """`batch_request_hash`, fed one (key, content digest) pair at a time in ascending key order.
+
+    A manifest batch of a million documents is hashed as the database streams its sorted pairs,
+    without holding them: the same bytes as `batch_request_hash` would serialise, so a batch
+    hashes the same whether its documents came inline or by manifest (property-tested).
+    Keys must be unique and arrive in code point order (SQL: ORDER BY key COLLATE "C").
+    """
+
+    def __init__(self, *, schema: str, model_policy: Mapping[str, Any], validation_policy: str) -> None:
+        placeholder = "DOCUMENT-PAIRS"
+        template = canonical_json(
+            {
+                "v": HASH_VERSION,
+                "schema": schema,
+                "model": dict(model_policy),
+                "validation_policy": validation_policy,
+                "documents": placeholder,
+            }
+        )
+        prefix, self._suffix = template.split(f'"{placeholder}"'.encode())
+        self._sha = hashlib.sha256(prefix + b"[")
+        self._last: str | None = None
+
+    def add(self, key: str, content_sha256: str) -> None:
+        if self._last is not None:
+            if key <= self._last:
+                raise ValueError(f"document keys must be unique and ascending; {key!r} came after {self._last!r}")
+            self._sha.update(b",")
+        self._sha.update(canonical_json([key, content_sha256]))
+        self._last = key
+
+    def hexdigest(self) -> str:
+        final = self._sha.copy()
+        final.update(b"]" + self._suffix)
+        return final.hexdigest()

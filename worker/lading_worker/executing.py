@@ -13,6 +13,11 @@ and turn the outcome into exactly one Finish transition.
                                       (temperature 0 reproduces it), or when an answer is
                                       truncated a second time
 
+A document given by manifest (job.text is None, job.source set by the claimer) is fetched and
+verified first (lading.documents.fetching); a fetch failure is the attempt's outcome and the
+model is not called: DOCUMENT_NOT_FOUND, DOCUMENT_DIGEST_MISMATCH, DOCUMENT_NOT_UTF8 and
+DOCUMENT_REFUSED are TERMINAL, DOCUMENT_UNAVAILABLE (connection, timeout, 5xx) is TRANSIENT.
+
 The executor never touches the database; the committer applies its Finish under the
 fence. "Now" is the database time of the claim plus monotonic time since, so retry
 decisions never depend on this machine's wall clock.
@@ -34,6 +39,7 @@ import prometheus_client
 
 from lading import errors, failpoints, limiting, metrics
 from lading.db import jobs
+from lading.documents import fetching
 from lading.jobs import retry, transitions
 from lading.providers import base
 from lading.settings import AttemptSettings
@@ -54,6 +60,8 @@ class Executor:
     provider: base.Provider
     settings: AttemptSettings
     rand: Callable[[], float] = random.random
+    fetcher: fetching.Fetcher | None = None
+    """Reads documents given by manifest; None: such documents fail as unavailable (retried)."""
     limiter: limiting.PoolLimiter | None = None
     """The pool's shared request/token/concurrency limits; None for pools without an upstream (builtin)."""
     _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
@@ -67,7 +75,11 @@ class Executor:
     ) -> transitions.Finish:
         """Call the model, then judge its outcome. `on_model_done` runs as soon as the call
         returns, before validation: the claimer uses it to reuse the concurrency slot."""
-        outcome, elapsed = await self.call(job)
+        job, unreadable = await self.document(job)
+        if unreadable is not None:
+            outcome, elapsed = unreadable, 0.0
+        else:
+            outcome, elapsed = await self.call(job)
         if on_model_done is not None:
             on_model_done()
             # Yield once, so that when many calls return together the claimer refills their
@@ -77,12 +89,43 @@ class Executor:
         now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
         return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
 
+    async def document(self, job: jobs.ClaimedJob) -> tuple[jobs.ClaimedJob, base.Outcome | None]:
+        """The job with its document's text, fetched and verified when it was given by manifest;
+        or the classified outcome of a fetch that failed."""
+        if job.text is not None:
+            return job, None
+        if job.source is None:
+            return job, base.Outcome.failed(
+                base.OutcomeClass.TERMINAL,
+                error_class=fetching.DocumentNotFound.error_class,
+                error="the job's document has neither text nor a URI",
+            )
+        if self.fetcher is None:
+            return job, base.Outcome.failed(
+                base.OutcomeClass.TRANSIENT,
+                error_class=fetching.DocumentUnavailable.error_class,
+                error="this worker cannot fetch documents given by URI",
+            )
+        source = job.source
+        try:
+            text = await self.fetcher.text(uri=source.uri, sha256=source.sha256, size=source.bytes)
+        except fetching.FetchError as exc:
+            outcome = base.OutcomeClass.TERMINAL if exc.terminal else base.OutcomeClass.TRANSIENT
+            return job, base.Outcome.failed(outcome, error_class=exc.error_class, error=str(exc)[:500])
+        except Exception as exc:  # a fetch bug must not kill the worker; the retry policy bounds it
+            return job, base.Outcome.failed(
+                base.OutcomeClass.TRANSIENT,
+                error_class=fetching.DocumentUnavailable.error_class,
+                error=f"{type(exc).__name__}: {exc}"[:500],
+            )
+        return dataclasses.replace(job, text=text), None
+
     async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float]:
         """The model call under the attempt timeout; every failure becomes a classified Outcome."""
         document = base.Document(
             job_id=job.id,
             key=job.document_key,
-            text=job.text,
+            text=job.text or "",
             tenant=job.tenant,
             previous_error_class=job.previous_error_class,
         )
@@ -150,7 +193,7 @@ class Executor:
         usage = transitions.Usage(tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out, latency_ms=latency_ms)
         if outcome.outcome is base.OutcomeClass.OK and outcome.result is not None:
             try:
-                verdict = policies.validate(outcome.result, source_text=job.text, policy=job.validation_policy)
+                verdict = policies.validate(outcome.result, source_text=job.text or "", policy=job.validation_policy)
             except errors.UnknownPolicy as exc:
                 return transitions.fail(
                     job.id, job.fence, outcome="terminal", error_class="UNKNOWN_POLICY", error=str(exc), usage=usage

@@ -18,8 +18,19 @@ from collections.abc import Sequence
 from lading import health
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.documents import fetching
+from lading.settings import (
+    AttemptSettings,
+    ClaimerSettings,
+    DocumentSettings,
+    LeaseSettings,
+    ReaperSettings,
+    WorkerSettings,
+)
 from lading_worker import running
+
+DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
+"""Directories file:// documents may be read from, ':'-separated (e.g. the shared volume's mount)."""
 
 API_KEY_ENV = "LADING_PROVIDER_API_KEY"
 """The model endpoint's API key, injected from the pool's Secret (never a flag: flags show in `ps`)."""
@@ -41,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
     parser.add_argument("--grace", type=float, default=WorkerSettings.shutdown_grace_s)
     parser.add_argument(
+        "--document-root",
+        dest="document_roots",
+        action="append",
+        metavar="DIR",
+        help="directory file:// documents of manifest batches may be read from (repeatable; default: "
+        f"${DOCUMENT_ROOTS_ENV}, ':'-separated; none: file:// documents are refused)",
+    )
+    parser.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464 in a pod); off by default",
@@ -60,6 +79,9 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         reaper=ReaperSettings(interval_s=args.reaper_interval),
         attempt=AttemptSettings(
             timeout_s=args.attempt_timeout, backoff_base_s=args.backoff_base
+        ),
+        documents=DocumentSettings(
+            roots=tuple(args.document_roots or fetching.roots_from_env(os.environ.get(DOCUMENT_ROOTS_ENV)))
         ),
         shutdown_grace_s=args.grace,
     )

@@ -26,6 +26,7 @@ import asyncpg
 from lading import limiting
 from lading.db import pool as dbpool
 from lading.db import registry
+from lading.documents import fetching
 from lading.ids import PoolName, WorkerId
 from lading.providers import base, factory
 from lading.settings import WorkerSettings
@@ -58,6 +59,8 @@ class Worker:
         self._api_key = api_key
         self.worker_id = worker_id or new_worker_id()
         self.inflight = inflight.InFlight()
+        self.fetcher = fetching.Fetcher(settings=settings.documents)
+        """Reads documents given by manifest (file:// under the document roots, http(s)://)."""
 
     async def _provider(self) -> base.Provider:
         if self.provider is not None:
@@ -83,12 +86,15 @@ class Worker:
         finally:
             if provider is not self.provider:  # we built it, we close it (HTTP sessions)
                 await base.close(provider)
+            await self.fetcher.close()
 
     async def _run(self, stop: asyncio.Event, provider: base.Provider) -> None:
         s = self.settings
         pool = PoolName(s.pool)
         committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
-        executor = executing.Executor(provider=provider, settings=s.attempt, limiter=await self._limiter(pool))
+        executor = executing.Executor(
+            provider=provider, settings=s.attempt, limiter=await self._limiter(pool), fetcher=self.fetcher
+        )
         claimer = claiming.Claimer(
             self.db,
             self.inflight,

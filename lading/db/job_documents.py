@@ -1,0 +1,100 @@
+"""
+Repository of `job_documents` given by reference, and of the `manifest_lines` staging table
+that bulk acceptance of a manifest batch goes through (`sql/documents.sql`,
+`sql/manifest_lines.sql`).
+
+A job_documents row holds either the text (inline documents) or a URI with its SHA-256 and
+size (manifest documents); migration 0008 makes that a CHECK. Workers learn the URI of a
+claimed document with `sources`; what they do with it is `lading.documents.fetching`.
+
+Like every repository here, functions take a connection and never open transactions: the
+staging functions must run inside the acceptance transaction (the table is ON COMMIT DROP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+
+import asyncpg
+
+from lading.db import queries
+from lading.documents import manifests
+from lading.ids import BatchId, JobId
+
+PAIRS_PREFETCH = 2_000
+"""Rows per round trip when streaming a staged manifest's (key, sha256) pairs for hashing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentSource:
+    """Where a claimed job's document lives, and what it must be."""
+
+    uri: str
+    sha256: str
+    bytes: int
+
+
+async def sources(conn: asyncpg.Connection, job_ids: Sequence[JobId]) -> dict[JobId, DocumentSource]:
+    """URI, digest and size of the given jobs' documents; jobs with inline text are absent."""
+    if not job_ids:
+        return {}
+    rows = await conn.fetch(queries.sql("job_document_sources"), list(job_ids))
+    return {JobId(r["job_id"]): DocumentSource(uri=r["uri"], sha256=r["sha256"], bytes=r["bytes"]) for r in rows}
+
+
+async def stage_manifest(conn: asyncpg.Connection, spooled: manifests.Spooled) -> None:
+    """COPY a spooled manifest into this transaction's `manifest_lines` (emptied first)."""
+    await conn.execute(queries.sql("manifest_lines_create"))
+    await conn.execute(queries.sql("manifest_lines_truncate"))
+    await conn.copy_to_table(
+        "manifest_lines", source=spooled.path, columns=list(spooled.COLUMNS), format="csv"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DuplicateKey:
+    key: str
+    first_line: int
+    line: int
+
+
+async def staged_duplicate_key(conn: asyncpg.Connection) -> DuplicateKey | None:
+    row = await conn.fetchrow(queries.sql("manifest_lines_duplicate_key"))
+    return None if row is None else DuplicateKey(key=row["key"], first_line=row["first_line"], line=row["line"])
+
+
+async def staged_pairs(conn: asyncpg.Connection) -> AsyncIterator[tuple[str, str]]:
+    """(key, sha256) of the staged manifest in code point order of the key, streamed."""
+    async for row in conn.cursor(queries.sql("manifest_lines_pairs"), prefetch=PAIRS_PREFETCH):
+        yield row["key"], row["sha256"]
+
+
+async def insert_staged_jobs(
+        conn: asyncpg.Connection,
+        *,
+        tenant: str,
+        batch_id: BatchId,
+        hash_prefix: bytes,
+        hash_suffix: bytes,
+        pool: str,
+        schema: str,
+        validation_policy: str,
+        priority: int,
+        max_attempts: int,
+        deadline_at: dt.datetime,
+) -> int:
+    """One job per staged line, in manifest order; returns how many were inserted."""
+    status = await conn.execute(
+        queries.sql("manifest_lines_insert_jobs"),
+        tenant, batch_id, hash_prefix + b'"', b'"' + hash_suffix, pool, schema, validation_policy, priority,
+        max_attempts, deadline_at,
+    )  # fmt: skip
+    return int(status.rsplit(" ", 1)[1])
+
+
+async def insert_staged_documents(conn: asyncpg.Connection, *, batch_id: BatchId) -> int:
+    """The document rows (URI, digest, size) of batch `batch_id`'s staged jobs."""
+    status = await conn.execute(queries.sql("manifest_lines_insert_documents"), batch_id)
+    return int(status.rsplit(" ", 1)[1])

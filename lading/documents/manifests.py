@@ -1,0 +1,284 @@
+"""
+Document manifests of large batches: JSON lines, one document per line.
+
+    {"key": "inv-000001", "uri": "file:///data/march/inv-000001.txt", "sha256": "9f86d0…", "bytes": 5123}
+
+An ExtractionBatch too large to list its documents inline names a manifest
+(`spec.manifestUri`). Admission reads it once, as a stream, before any transaction:
+
+    read (file:// under the document roots, or http(s)://)      lading.documents.fetching
+      -> split into lines (each at most MAX_LINE_BYTES; at most MAX_LINES lines and
+         MAX_MANIFEST_BYTES in all)
+      -> validate each line (ManifestLine)
+      -> spool the valid lines to a local temporary file (CSV)            `spool`
+
+and acceptance then bulk-loads the spool with COPY inside its one transaction
+(`lading.accepting`), where the rules that need the whole manifest are checked (every key
+unique). Memory stays bounded whatever the manifest's size: one line at a time here, the
+database holds the rest. An HTTP read never runs inside a database transaction.
+
+Errors name the line and the field and never repeat the line's content (a manifest may hold
+presigned URLs):
+
+    manifest line 17: sha256: must be 64 lowercase hex characters
+
+A manifest with any invalid line admits nothing (`ManifestInvalid`, condition reason
+`InvalidManifest`); a manifest that cannot be read right now (connection refused, 5xx,
+timeout) is `ManifestUnavailable`, a temporary error: admission is retried unchanged.
+
+This module does not fetch documents (workers do, `lading.documents.fetching.Fetcher`) and
+does not touch the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import dataclasses
+import os
+import pathlib
+import re
+import tempfile
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar
+
+import aiohttp
+import pydantic
+
+from lading import errors
+from lading.documents import fetching
+from lading.models import specs
+from lading.settings import DocumentSettings
+
+MAX_LINES = 1_000_000
+"""Documents per manifest. A million jobs is a day of a large pool; beyond that, split the batch
+so that one bad line does not hold up everything and one admission transaction stays minutes long."""
+MAX_LINE_BYTES = 8192
+"""One line: a 256-character key, a 2048-character URI, the digest and the size fit several times."""
+MAX_MANIFEST_BYTES = 1024 * 1024 * 1024
+"""A whole manifest (1 GiB): a million lines of up to ~1 KiB; the spool on local disk is smaller."""
+DOCUMENT_MAX_BYTES = 16 * 1024 * 1024
+"""One document's text, in bytes (16 MiB): far beyond any model's context, so only a wrong size
+field hits it; workers never read more than a document's stated size plus one byte."""
+
+CHUNK_WRITE_BYTES = 256 * 1024
+"""Write buffer of the spool file."""
+
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+KEY_PATTERN = re.compile(specs.DOCUMENT_KEY_PATTERN)
+KEY_MAX = 256
+URI_MAX = 2048
+FIELDS = ("key", "uri", "sha256", "bytes")
+
+
+class ManifestInvalid(errors.PermanentError):
+    """The manifest has an invalid line (or is empty, or too large): nothing was admitted."""
+
+    reason = "InvalidManifest"
+
+    def __init__(self, message: str, *, line: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.field = field
+
+
+class ManifestUnavailable(errors.TemporaryError):
+    """The manifest cannot be read now (unreachable, 5xx, timeout, missing): retry admission later."""
+
+    reason = "ManifestUnavailable"
+
+
+class ManifestLine(pydantic.BaseModel):
+    """One line of a manifest: a document of the batch, by reference."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    key: str
+    """Key of the document, unique in the manifest; the same rules as an inline document's key."""
+    uri: str
+    """Where workers read the text: file:// (under the workers' document roots) or http(s)://."""
+    sha256: str
+    """SHA-256 of the document's bytes (UTF-8 text), 64 lowercase hex characters."""
+    bytes: int
+    """Size of the document in bytes; a worker reads at most this much and checks it exactly."""
+
+    @pydantic.field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        if len(value) > KEY_MAX:
+            raise ValueError(f"must be at most {KEY_MAX} characters")
+        if not KEY_PATTERN.match(value):
+            raise ValueError(f"must be {specs.PATTERN_HINTS[specs.DOCUMENT_KEY_PATTERN]}")
+        # One rule for inline and manifest keys.
+        return specs._check_document_key(value)
+
+    @pydantic.field_validator("uri")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        if len(value) > URI_MAX:
+            raise ValueError(f"must be at most {URI_MAX} characters")
+        if not re.match(specs.MANIFEST_URI_PATTERN, value):
+            raise ValueError(f"must be {specs.PATTERN_HINTS[specs.MANIFEST_URI_PATTERN]}")
+        # The same URI rules as spec.manifestUri.
+        return specs._check_manifest_uri(value)
+
+    @pydantic.field_validator("sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if not SHA256_PATTERN.match(value):
+            raise ValueError("must be 64 lowercase hex characters")
+        return value
+
+    @pydantic.field_validator("bytes")
+    @classmethod
+    def _bytes(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be greater than 0 (empty documents cannot be extracted)")
+        if value > DOCUMENT_MAX_BYTES:
+            raise ValueError(f"must be at most {DOCUMENT_MAX_BYTES} ({DOCUMENT_MAX_BYTES // (1024 * 1024)} MiB)")
+        return value
+
+
+def parse_line(number: int, raw: bytes) -> ManifestLine:
+    """Validate line `number` (1-based); ManifestInvalid names the line and the first bad field."""
+    try:
+        return ManifestLine.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        field, message = _describe(first)
+        prefix = f"manifest line {number}: " + (f"{field}: " if field else "")
+        raise ManifestInvalid(prefix + message, line=number, field=field) from None
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str | None, str]:
+    kind = error["type"]
+    loc = error.get("loc") or ()
+    field = str(loc[0]) if loc else None
+    if kind == "json_invalid":
+        return None, "not valid JSON"
+    if kind == "model_type":
+        return None, "must be a JSON object with " + ", ".join(FIELDS)
+    if kind == "missing":
+        return field, "is required"
+    if kind == "extra_forbidden":
+        return field, "unknown field (a line has exactly " + ", ".join(FIELDS) + ")"
+    if kind == "string_type":
+        return field, "must be a string"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return field, "must be an integer"
+    if kind == "value_error":
+        return field, str(error.get("ctx", {}).get("error", error["msg"]))
+    return field, str(error["msg"])
+
+
+async def lines(
+        uri: str,
+        *,
+        settings: DocumentSettings,
+        session: aiohttp.ClientSession | None = None,
+        vet: fetching.Vet | None = None,
+) -> AsyncIterator[tuple[int, ManifestLine]]:
+    """Stream the manifest's documents as (line number, line); blank lines are skipped but counted."""
+    number = 0
+    total = 0
+    pending = bytearray()
+    try:
+        async with fetching.chunks(uri, session=session, settings=settings, vet=vet) as source:
+            async for chunk in source:
+                total += len(chunk)
+                if total > MAX_MANIFEST_BYTES:
+                    raise ManifestInvalid(f"manifest is larger than {MAX_MANIFEST_BYTES} bytes; split the batch")
+                pending += chunk
+                start = 0
+                while (end := pending.find(b"\n", start)) >= 0:
+                    number += 1
+                    parsed = _line(number, pending[start:end])
+                    if parsed is not None:
+                        yield number, parsed
+                    start = end + 1
+                del pending[:start]
+                if len(pending) > MAX_LINE_BYTES:
+                    raise ManifestInvalid(
+                        f"manifest line {number + 1}: longer than {MAX_LINE_BYTES} bytes", line=number + 1
+                    )
+    except (fetching.DocumentUnavailable, fetching.DocumentNotFound) as exc:
+        raise ManifestUnavailable(f"manifest {exc}") from None
+    except fetching.FetchError as exc:
+        raise ManifestInvalid(f"manifest {exc}") from None
+    if pending:
+        number += 1
+        parsed = _line(number, pending)
+        if parsed is not None:
+            yield number, parsed
+
+
+def _line(number: int, raw: bytes | bytearray) -> ManifestLine | None:
+    if number > MAX_LINES:
+        raise ManifestInvalid(f"manifest has more than {MAX_LINES} lines; split the batch", line=number)
+    if len(raw) > MAX_LINE_BYTES:
+        raise ManifestInvalid(f"manifest line {number}: longer than {MAX_LINE_BYTES} bytes", line=number)
+    if not raw.strip():
+        return None
+    return parse_line(number, bytes(raw))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spooled:
+    """A validated manifest on local disk, ready for COPY: CSV rows (line, key, uri, sha256, bytes)."""
+
+    uri: str
+    path: pathlib.Path
+    documents: int
+    total_bytes: int
+    """Sum of the documents' sizes, for byte quotas."""
+
+    COLUMNS: ClassVar[tuple[str, ...]] = ("line", "key", "uri", "sha256", "bytes")
+
+
+@contextlib.asynccontextmanager
+async def spool(
+        uri: str,
+        *,
+        settings: DocumentSettings,
+        vet: fetching.Vet | None = None,
+        directory: str | None = None,
+) -> AsyncIterator[Spooled]:
+    """Read and validate the whole manifest into a temporary file, deleted on exit.
+
+    Raises ManifestInvalid (nothing to admit) or ManifestUnavailable (retry later)."""
+    session = fetching.new_session() if urllib.parse.urlsplit(uri).scheme in ("http", "https") else None
+    handle, name = tempfile.mkstemp(prefix="lading-manifest-", suffix=".csv", dir=directory)
+    path = pathlib.Path(name)
+    try:
+        documents = 0
+        total_bytes = 0
+        with os.fdopen(handle, "w", encoding="utf-8", newline="", buffering=CHUNK_WRITE_BYTES) as out:
+            writer = csv.writer(out, lineterminator="\n")
+            try:
+                async with _timeout(settings.manifest_timeout_s, uri):
+                    async for number, line in lines(uri, settings=settings, session=session, vet=vet):
+                        writer.writerow((number, line.key, line.uri, line.sha256, line.bytes))
+                        documents += 1
+                        total_bytes += line.bytes
+            finally:
+                if session is not None:
+                    await session.close()
+        if documents == 0:
+            raise ManifestInvalid(f"manifest {fetching.redact(uri)} lists no documents")
+        yield Spooled(uri=uri, path=path, documents=documents, total_bytes=total_bytes)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
+@contextlib.asynccontextmanager
+async def _timeout(seconds: float, uri: str) -> AsyncIterator[None]:
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise ManifestUnavailable(f"manifest {fetching.redact(uri)}: not read within {seconds:g} s") from None

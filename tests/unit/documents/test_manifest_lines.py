@@ -1,0 +1,164 @@
+"""Manifest lines: every field checked, errors name the line and the field, limits hold, hashes match inline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lading.documents import manifests
+from lading.jobs import hashing
+from lading.models import specs
+from lading.settings import DocumentSettings
+
+SHA = hashlib.sha256(b"hello").hexdigest()
+GOOD = {"key": "inv-0001", "uri": "file:///data/inv-0001.txt", "sha256": SHA, "bytes": 5}
+
+
+def line(**changes: object) -> bytes:
+    value = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in value.items() if v is not ...}).encode()
+
+
+def test_a_valid_line_parses() -> None:
+    parsed = manifests.parse_line(1, line())
+    assert (parsed.key, parsed.uri, parsed.sha256, parsed.bytes) == ("inv-0001", GOOD["uri"], SHA, 5)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (line(sha256="ABC"), "manifest line 17: sha256: must be 64 lowercase hex characters"),
+        (line(sha256=SHA.upper()), "manifest line 17: sha256: must be 64 lowercase hex characters"),
+        (line(sha256=...), "manifest line 17: sha256: is required"),
+        (line(bytes=0), "manifest line 17: bytes: must be greater than 0"),
+        (line(bytes=-3), "manifest line 17: bytes: must be greater than 0"),
+        (line(bytes="5"), "manifest line 17: bytes: must be an integer"),
+        (line(bytes=5.5), "manifest line 17: bytes: must be an integer"),
+        (line(bytes=True), "manifest line 17: bytes: must be an integer"),
+        (line(bytes=manifests.DOCUMENT_MAX_BYTES + 1), "manifest line 17: bytes: must be at most 16777216"),
+        (line(key=""), "manifest line 17: key: must not be empty"),
+        (line(key="/abs"), "manifest line 17: key: must be a document key"),
+        (line(key="a/../b"), "manifest line 17: key: a document key must not contain empty, '.' or '..'"),
+        (line(key="k" * 257), "manifest line 17: key: must be at most 256 characters"),
+        (line(key=7), "manifest line 17: key: must be a string"),
+        (line(uri="ftp://h/x"), "manifest line 17: uri: must be a file://, http:// or https:// URI"),
+        (line(uri="file://relative/x"), "manifest line 17: uri: a file:// URI needs an absolute path"),
+        (line(uri="https://user:pw@h/x"), "manifest line 17: uri: the URL must not carry credentials"),
+        (line(uri="file:///a b"), "manifest line 17: uri: must be a file://, http:// or https:// URI"),
+        (line(extra=1), "manifest line 17: extra: unknown field (a line has exactly key, uri, sha256, bytes)"),
+        (b"{not json", "manifest line 17: not valid JSON"),
+        (b"[1, 2]", "manifest line 17: must be a JSON object with key, uri, sha256, bytes"),
+    ],
+)
+def test_errors_name_the_line_and_the_field(raw: bytes, message: str) -> None:
+    with pytest.raises(manifests.ManifestInvalid) as caught:
+        manifests.parse_line(17, raw)
+    assert str(caught.value).startswith(message)
+    assert caught.value.line == 17
+
+
+def test_errors_never_repeat_the_line() -> None:
+    secret_uri = "https://files.example/doc?X-Amz-Signature=topsecret"
+    with pytest.raises(manifests.ManifestInvalid) as caught:
+        manifests.parse_line(3, line(uri=secret_uri, sha256="nothex"))
+    assert "topsecret" not in str(caught.value)
+    with pytest.raises(manifests.ManifestInvalid) as caught:
+        manifests.parse_line(3, b'{"key": "topsecret", ')
+    assert "topsecret" not in str(caught.value)
+
+
+def write(path: pathlib.Path, lines: list[bytes]) -> str:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path.as_uri()
+
+
+async def collect(uri: str, roots: tuple[str, ...]) -> list[tuple[int, manifests.ManifestLine]]:
+    return [item async for item in manifests.lines(uri, settings=DocumentSettings(roots=roots))]
+
+
+async def test_a_file_manifest_streams_with_line_numbers_and_skips_blank_lines(tmp_path: pathlib.Path) -> None:
+    uri = write(tmp_path / "m.jsonl", [line(key="a"), b"", b"  ", line(key="b") + b"\r"])
+    got = await collect(uri, (str(tmp_path),))
+    assert [(n, item.key) for n, item in got] == [(1, "a"), (4, "b")]
+
+
+async def test_a_bad_line_deep_in_the_manifest_is_named(tmp_path: pathlib.Path) -> None:
+    lines = [line(key=f"k{i}") for i in range(1, 200)]
+    lines[149] = line(key="k150", sha256="0" * 63)
+    uri = write(tmp_path / "m.jsonl", lines)
+    with pytest.raises(manifests.ManifestInvalid, match=r"^manifest line 150: sha256: must be 64 lowercase hex"):
+        await collect(uri, (str(tmp_path),))
+
+
+async def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path: pathlib.Path) -> None:
+    uri = write(tmp_path / "m.jsonl", [line(), b"x" * (manifests.MAX_LINE_BYTES * 3)])
+    with pytest.raises(manifests.ManifestInvalid, match=rf"^manifest line 2: longer than {manifests.MAX_LINE_BYTES}"):
+        await collect(uri, (str(tmp_path),))
+
+
+async def test_too_many_lines_are_refused(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifests, "MAX_LINES", 3)
+    uri = write(tmp_path / "m.jsonl", [line(key=f"k{i}") for i in range(4)])
+    with pytest.raises(manifests.ManifestInvalid, match="more than 3 lines; split the batch"):
+        await collect(uri, (str(tmp_path),))
+
+
+async def test_a_manifest_outside_the_roots_is_invalid_and_a_missing_one_unavailable(tmp_path: pathlib.Path) -> None:
+    uri = write(tmp_path / "m.jsonl", [line()])
+    elsewhere = tmp_path / "roots"
+    elsewhere.mkdir()
+    with pytest.raises(manifests.ManifestInvalid, match="outside the document roots"):
+        await collect(uri, (str(elsewhere),))
+    with pytest.raises(manifests.ManifestUnavailable, match="no such file"):
+        await collect((tmp_path / "missing.jsonl").as_uri(), (str(tmp_path),))
+
+
+async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: pathlib.Path) -> None:
+    uri = write(tmp_path / "m.jsonl", [line(key="a", bytes=3), line(key="b", uri='file:///d/x,"y"', bytes=4)])
+    async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),))) as spooled:
+        assert (spooled.documents, spooled.total_bytes) == (2, 7)
+        rows = spooled.path.read_text().splitlines()
+        assert rows[1].startswith('2,b,"file:///d/x,""y""",')
+        path = spooled.path
+    assert not path.exists()
+
+
+async def test_an_empty_manifest_is_invalid(tmp_path: pathlib.Path) -> None:
+    uri = write(tmp_path / "m.jsonl", [b""])
+    with pytest.raises(manifests.ManifestInvalid, match="lists no documents"):
+        async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),))):
+            pass
+
+
+@given(
+    texts=st.dictionaries(
+        st.from_regex(specs.DOCUMENT_KEY_PATTERN, fullmatch=True).filter(lambda k: len(k) <= 40),
+        st.text(min_size=1, max_size=50),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_same_documents_hash_the_same_inline_or_by_manifest(texts: dict[str, str]) -> None:
+    """Inline: the digest of each text. Manifest: the sha256 field, streamed in key order."""
+    options = {"schema": "invoice.v1", "model_policy": {"pool": "a/b", "model": "m"}, "validation_policy": "p-v1"}
+    inline = hashing.batch_request_hash(
+        **options, documents=[(key, hashing.content_digest(text)) for key, text in texts.items()]  # type: ignore[arg-type]
+    )
+    streamed = hashing.BatchRequestHasher(**options)  # type: ignore[arg-type]
+    for key in sorted(texts):
+        streamed.add(key, hashlib.sha256(texts[key].encode()).hexdigest())
+    assert streamed.hexdigest() == inline
+
+
+def test_the_streaming_hasher_refuses_unsorted_or_repeated_keys() -> None:
+    hasher = hashing.BatchRequestHasher(schema="s", model_policy={}, validation_policy="p")
+    hasher.add("b", SHA)
+    with pytest.raises(ValueError, match="unique and ascending"):
+        hasher.add("a", SHA)
+    with pytest.raises(ValueError, match="unique and ascending"):
+        hasher.add("b", SHA)
