@@ -137,3 +137,23 @@ async def tenant_max_queued_bytes(conn: asyncpg.Connection | asyncpg.Pool, *, te
 async def batch_tenant(conn: asyncpg.Connection | asyncpg.Pool, *, idempotency_key: str) -> TenantName | None:
     value = await conn.fetchval(queries.sql("observed_batch_tenant"), idempotency_key)
     return None if value is None else TenantName(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSignals:
+    backlog: int
+    oldest_s: float | None
+    in_flight: int
+    latency_s: float | None
+    tokens: float | None
+    now: dt.datetime
+
+
+RECENT_ATTEMPTS = 200
+"""Attempts the scaler's mean latency and tokens are taken over."""
+
+
+async def pool_signals(conn: asyncpg.Connection | asyncpg.Pool, *, pool: PoolName) -> PoolSignals:
+    row = await conn.fetchrow(queries.sql("observed_pool_signals"), pool, RECENT_ATTEMPTS)
+    assert row is not None, "a row of subqueries always exists"
+    return PoolSignals(row["backlog"], row["oldest_s"], row["in_flight"], row["latency_s"], row["tokens"], row["now"])

@@ -1,37 +1,353 @@
-"""InferencePool reconciler (first slice: mirror into `pools`)."""
+"""
+InferencePool reconciler: mirror into `pools`, keep the owned objects in shape, scale the workers,
+report status.
+
+One reconcile loop per pool (a kopf daemon), woken by the pool's own watch events, by any change
+of an object it owns (a Deployment or Service edited or deleted by hand: drift), or every
+`pool_interval_s` (the scaler's period, like an HPA's):
+
+    1. the spec is mirrored into `pools` (what admission and the workers read) when it changed;
+    2. owned objects are rendered (`rendering`: pure functions) and brought to shape: created when
+       missing, merge-patched with `rendering.drift` when a field we render differs;
+         provider vllm   Deployment + Service running the vLLM OpenAI server
+         every pool      worker Deployment (`lading worker --pool NAMESPACE/NAME`)
+         scaling: keda   ScaledObject + TriggerAuthentication; KEDA owns the worker replicas
+    3. scaling (builtin): signals from PostgreSQL (`observed.pool_signals`) and the provider's
+       headroom (vLLM `/metrics` of the pool's Service, or the pause/429 state of an external
+       provider) go through `scaling.decide`; its replicas are written to the worker Deployment
+       (and the engine replicas to the vLLM Deployment), its reason to status.scalingReason;
+    4. status: endpoint, ready vLLM replicas, workers, desired workers and why, headroom, and the
+       conditions Ready, Degraded and Paused (spec.paused, or pools.paused_until set by workers when
+       the provider refused the key or the quota).
+
+Where the vLLM metrics are scraped: the Service (`http://<pool>-vllm.<ns>.svc:8000/metrics`), or the
+URL in the pool's annotation `lading.dev/vllm-metrics-url` when the operator runs outside the cluster.
+The scaler's memory (its stabilisation window) is kept in the loop; after a restart it starts
+afresh, which can only delay a scale-down, never cause one.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
+import asyncpg
 import kopf
+import pydantic
 
 from lading import applying
+from lading.db import observed
+from lading.ids import PoolName
 from lading.models import specs
-from lading_operator import runtime
+from lading_operator import conditions, headroom, kube, rendering, runtime, scaling, status
+
+logger = logging.getLogger("lading.operator.pools")
 
 KIND = "InferencePool"
 PLURAL = "inferencepools"
+METRICS_URL_ANNOTATION = "lading.dev/vllm-metrics-url"
 
 
-def parse(body: kopf.Body) -> specs.InferencePool:
+def key(namespace: str, name: str) -> runtime.ObjectKey:
+    return (KIND, namespace, name)
+
+
+def parse(body: Mapping[str, Any]) -> specs.InferencePool:
+    meta = body.get("metadata", {})
     return specs.InferencePool.model_validate(
         {
             "apiVersion": specs.API_VERSION,
             "kind": KIND,
-            "metadata": {"name": body.metadata.name, "namespace": body.metadata.namespace, "uid": body.metadata.uid},
-            "spec": dict(body.spec),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            "spec": dict(body.get("spec") or {}),
         }
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Owned:
+    """One object the pool owns: where it lives and what it should be."""
+
+    api_version: str
+    plural: str
+    body: dict[str, Any]
+    replicas_owned: bool = False
+
+    @property
+    def path(self) -> str:
+        meta = self.body["metadata"]
+        return kube.path(self.api_version, self.plural, namespace=meta["namespace"], name=meta["name"])
+
+    @property
+    def collection(self) -> str:
+        return kube.path(self.api_version, self.plural, namespace=self.body["metadata"]["namespace"])
+
+
+class Reconciler:
+    def __init__(self, rt: runtime.Runtime, body: kopf.Body) -> None:
+        self.rt = rt
+        self.body = body
+        self.namespace = str(body.metadata.namespace)
+        self.name = str(body.metadata.name)
+        self.key = key(self.namespace, self.name)
+        self.mirrored: int | None = None
+        self.state = scaling.ScaleState()
+        self.last_written: dict[str, Any] = dict(body.get("status") or {})
+
+    async def run(self, stopped: Any) -> None:
+        wake = self.rt.wakeup(self.key)
+        backoff = self.rt.settings.retry_initial_s
+        async with aiohttp.ClientSession() as session:
+            try:
+                while not stopped:
+                    try:
+                        await self.reconcile(session)
+                        interval = self.rt.settings.pool_interval_s
+                        backoff = self.rt.settings.retry_initial_s
+                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
+                        logger.warning("pool %s/%s: %s; retrying in %.0f s", self.namespace, self.name, exc, backoff)
+                        interval = backoff
+                        backoff = min(backoff * 2, self.rt.settings.retry_max_s)
+                    except Exception as exc:
+                        logger.exception("pool %s/%s: reconcile failed", self.namespace, self.name)
+                        kopf.warn(self.body, reason="ReconcileError", message=type(exc).__name__)
+                        interval = backoff
+                        backoff = min(backoff * 2, self.rt.settings.retry_max_s)
+                    await runtime.sleep(wake, stopped, timeout_s=interval)
+            finally:
+                self.rt.wakeups.pop(self.key, None)
+
+    async def reconcile(self, session: aiohttp.ClientSession) -> None:
+        generation = self.body.metadata.get("generation")
+        previous = self.last_written.get("conditions")
+        try:
+            pool = parse(self.body)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            message = f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            ready = conditions.condition(
+                previous, type="Ready", value=False, reason="InvalidSpec", message=message, generation=generation
+            )
+            await self._write(
+                conditions.dump(status.InferencePoolStatus(observed_generation=generation, conditions=[ready]))
+            )
+            return
+        uid = str(self.body.metadata.uid)
+        name = applying.pool_key(self.namespace, self.name)
+        if self.mirrored != generation:
+            async with self.rt.db.acquire() as conn:
+                await applying.apply_inference_pool(conn, pool)
+            self.mirrored = generation
+            self.rt.something_appeared()
+        config = dataclasses.replace(
+            self.rt.settings.render,
+            endpoint_secrets=tuple(
+                secret
+                for full, secret in sorted(self.rt.endpoint_secrets.items())
+                if full.split("/", 1)[0] == self.namespace
+            ),
+        )
+        keda = pool.spec.workers.scaling == "keda"
+        vllm = pool.spec.provider == "vllm"
+
+        # Owned objects other than the scaled replicas: rendered, created or corrected.
+        live_engine: dict[str, Any] | None = None
+        if vllm:
+            live_engine = await self._ensure(
+                Owned("apps/v1", "deployments", rendering.vllm_deployment(pool, uid=uid, config=config))
+            )
+            await self._ensure(Owned("v1", "services", rendering.vllm_service(pool, uid=uid, config=config)))
+        worker = Owned(
+            "apps/v1", "deployments", rendering.worker_deployment(pool, uid=uid, config=config, replicas=None)
+        )
+        live_worker = await self._ensure(worker, initial_replicas=None if keda else pool.spec.workers.min_replicas)
+        if keda:
+            await self._ensure(
+                Owned("keda.sh/v1alpha1", "triggerauthentications",
+                      rendering.keda_trigger_authentication(pool, uid=uid, config=config))
+            )  # fmt: skip
+            await self._ensure(
+                Owned("keda.sh/v1alpha1", "scaledobjects", rendering.keda_scaled_object(pool, uid=uid, config=config))
+            )
+
+        # Scaling.
+        ready_replicas = int(((live_engine or {}).get("status") or {}).get("readyReplicas") or 0)
+        engine_desired = int(((live_engine or {}).get("spec") or {}).get("replicas") or 0)
+        current = int(((live_worker or {}).get("spec") or {}).get("replicas") or 0)
+        async with self.rt.db.acquire() as conn:
+            signals_row = await observed.pool_signals(conn, pool=PoolName(name))
+            pause = await observed.pool_pause(conn, pool=PoolName(name))
+        room = await self._headroom(session, pool, pause, ready=ready_replicas, desired=engine_desired, now=signals_row)
+        signals = scaling.Signals(
+            now=signals_row.now,
+            current_replicas=current,
+            eligible_backlog=signals_row.backlog,
+            oldest_eligible_age_s=signals_row.oldest_s,
+            in_flight=signals_row.in_flight,
+            mean_latency_s=signals_row.latency_s,
+            mean_tokens_per_attempt=signals_row.tokens,
+            headroom=room,
+            cooldown_until=pause.paused_until if pause is not None and pause.pausing else None,
+        )
+        decision, self.state = scaling.decide(pool.spec, signals, self.state)
+        workers_now = current
+        if not keda and decision.replicas != current:
+            await self.rt.api.merge_patch(worker.path, {"spec": {"replicas": decision.replicas}})
+            workers_now = decision.replicas
+            kopf.info(
+                self.body, reason="Scaled", message=f"workers {current} -> {decision.replicas}: {decision.reason}"
+            )
+        if vllm and not keda and decision.engine_replicas is not None and decision.engine_replicas != engine_desired:
+            engine_path = kube.path(
+                "apps/v1", "deployments", namespace=self.namespace, name=rendering.object_name(pool, "vllm")
+            )
+            await self.rt.api.merge_patch(engine_path, {"spec": {"replicas": decision.engine_replicas}})
+
+        # Status.
+        endpoint = None
+        if vllm:
+            endpoint = rendering.vllm_endpoint_url(pool)
+        elif pool.spec.endpoint is not None:
+            endpoint = pool.spec.endpoint.url
+        paused_by_provider = pause is not None and pause.pausing
+        if pool.spec.paused:
+            paused = conditions.condition(
+                previous, type="Paused", value=True, reason="PausedBySpec",
+                message="spec.paused is true: no new jobs are claimed", generation=generation,
+            )  # fmt: skip
+        elif paused_by_provider and pause is not None:
+            paused = conditions.condition(previous, type="Paused", value=True, reason="ProviderRefused",
+                                          message=(pause.reason or "the provider refused the key or quota")[:1024],
+                                          generation=generation)  # fmt: skip
+        else:
+            paused = conditions.condition(
+                previous, type="Paused", value=False, reason="Claiming", generation=generation
+            )
+        if vllm:
+            engine_ready = ready_replicas > 0 or engine_desired == 0
+            not_ready = "ScaledToZero" if engine_desired == 0 else "EngineStarting"
+            ready = conditions.condition(
+                previous, type="Ready", value=ready_replicas > 0,
+                reason="EngineReady" if ready_replicas > 0 else not_ready,
+                message=f"{ready_replicas}/{engine_desired} vLLM replicas ready", generation=generation,
+            )  # fmt: skip
+            degraded = conditions.condition(
+                previous, type="Degraded", value=not engine_ready or ready_replicas < engine_desired,
+                reason="ReplicasUnavailable" if ready_replicas < engine_desired else "AllReplicasReady",
+                generation=generation,
+            )  # fmt: skip
+        else:
+            ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+                                         message="workers and limits in place", generation=generation)  # fmt: skip
+            degraded = conditions.condition(previous, type="Degraded", value=False, reason="Healthy",
+                                            generation=generation)  # fmt: skip
+        last_scale = self.state.last_scale_at
+        desired = conditions.dump(
+            status.InferencePoolStatus(
+                observed_generation=generation,
+                endpoint=endpoint,
+                ready_replicas=ready_replicas,
+                workers=workers_now,
+                desired_workers=decision.replicas,
+                scaling_reason=decision.reason[:256],
+                headroom=room.render(),
+                last_scale_time=status.rfc3339(last_scale) if last_scale is not None else None,
+                paused_until=status.rfc3339(pause.paused_until)
+                if pause is not None and pause.pausing and pause.paused_until is not None
+                else None,
+                conditions=[ready, degraded, paused],
+            )
+        )
+        await self._write(desired)
+
+    async def _headroom(
+        self,
+        session: aiohttp.ClientSession,
+        pool: specs.InferencePool,
+        pause: observed.PoolPause | None,
+        *,
+        ready: int,
+        desired: int,
+        now: observed.PoolSignals,
+    ) -> scaling.Headroom:
+        if pool.spec.provider == "vllm":
+            if ready == 0 and desired > 0:
+                return headroom.engine_not_ready(ready=ready, desired=desired)
+            annotations = self.body.metadata.annotations
+            url = (
+                annotations.get(METRICS_URL_ANNOTATION)
+                or rendering.vllm_endpoint_url(pool).removesuffix("/v1") + "/metrics"
+            )
+            load = await headroom.scrape_vllm(session, url)
+            engine = pool.spec.vllm.engine_args.max_num_seqs if pool.spec.vllm is not None else None
+            return headroom.vllm_headroom(load, max_num_seqs=engine, replicas=max(ready, 1))
+        if pool.spec.provider == "openai-compatible":
+            return headroom.external_headroom(
+                now=now.now,
+                paused_until=pause.paused_until if pause is not None else None,
+                paused_reason=pause.reason if pause is not None else None,
+            )
+        return scaling.Headroom.unknown("builtin provider")
+
+    async def _ensure(self, owned: Owned, *, initial_replicas: int | None = None) -> dict[str, Any] | None:
+        """Create the object if missing, patch it back to its rendering if it drifted; returns it live."""
+        live = await self.rt.api.get(owned.path)
+        if live is None:
+            body = dict(owned.body)
+            if initial_replicas is not None and owned.plural == "deployments":
+                body = {**body, "spec": {**body["spec"], "replicas": initial_replicas}}
+            created = await self.rt.api.create(owned.collection, body)
+            logger.info("pool %s/%s: created %s %s", self.namespace, self.name, owned.plural, body["metadata"]["name"])
+            return created
+        patch = rendering.drift(owned.body, live, replicas_owned=owned.replicas_owned)
+        if patch is None:
+            return live
+        logger.info("pool %s/%s: correcting drift of %s %s", self.namespace, self.name, owned.plural,
+                    owned.body["metadata"]["name"])  # fmt: skip
+        kopf.info(self.body, reason="DriftCorrected", message=f"{owned.plural}/{owned.body['metadata']['name']}")
+        return await self.rt.api.merge_patch(owned.path, patch)
+
+    async def _write(self, desired: dict[str, Any]) -> None:
+        written = await conditions.write_status(
+            self.rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=self.namespace, name=self.name,
+            live=self.last_written, desired=desired,
+        )  # fmt: skip
+        if written:
+            self.last_written = {**self.last_written, **desired}
+
+
+def _owner_pool(body: Mapping[str, Any]) -> runtime.ObjectKey | None:
+    meta = body.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(specs.GROUP + "/"):
+            return key(str(meta.get("namespace") or ""), str(ref.get("name")))
+    return None
 
 
 def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
     resource = (specs.GROUP, specs.VERSION, PLURAL)
 
-    @kopf.on.resume(*resource, registry=registry_)
-    @kopf.on.create(*resource, registry=registry_)
-    @kopf.on.update(*resource, field="spec", registry=registry_)
-    async def apply_pool(body: kopf.Body, **_: Any) -> None:
-        async with rt.db.acquire() as conn:
-            await applying.apply_inference_pool(conn, parse(body))
-        rt.something_appeared()
+    @kopf.daemon(*resource, id="reconcile", registry=registry_, cancellation_timeout=10.0)
+    async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        await Reconciler(rt, body).run(stopped)
+
+    @kopf.on.event(*resource, id="wake", registry=registry_)
+    async def wake(name: str, namespace: str | None, **_: Any) -> None:
+        rt.wake(key(namespace or "", name))
+
+    owned_by_lading = {rendering.LABEL_MANAGED_BY: "lading"}
+
+    @kopf.on.event("apps", "v1", "deployments", id="owned-deployment", labels=owned_by_lading, registry=registry_)
+    async def owned_deployment(body: kopf.Body, **_: Any) -> None:
+        pool = _owner_pool(body)
+        if pool is not None:
+            rt.wake(pool)
+
+    @kopf.on.event("", "v1", "services", id="owned-service", labels=owned_by_lading, registry=registry_)
+    async def owned_service(body: kopf.Body, **_: Any) -> None:
+        pool = _owner_pool(body)
+        if pool is not None:
+            rt.wake(pool)

@@ -64,6 +64,9 @@ BACKBONE: dict[str, kmock.ResourceInfo] = {
         verbs={"get", "list", "watch", "create", "patch", "delete"},
         subresources={"status", "scale"},
     ),
+    "keda.sh/v1alpha1/triggerauthentications": kmock.ResourceInfo(
+        kind="TriggerAuthentication", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
+    ),
     "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(
         kind="ScaledObject",
         namespaced=True,
