@@ -50,6 +50,13 @@ METADATA: Final = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.
 
 _CGNAT: Final = ipaddress.ip_network("100.64.0.0/10")
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+_SPECIAL: Final = tuple(
+    ipaddress.ip_network(n)
+    for n in ("192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+              "2001:db8::/32", "100::/64", "2001::/23")
+)
+"""IETF special-purpose ranges (protocol assignments, documentation, benchmarking) that some Python
+versions count as global: refused whatever the interpreter thinks."""
 _SCHEMES: Final = frozenset({"http", "https"})
 
 
@@ -97,10 +104,12 @@ def _v4_refusal(ip: ipaddress.IPv4Address) -> str | None:
         return "a multicast address"
     if ip in _CGNAT:
         return "a carrier-grade NAT address (100.64.0.0/10)"
+    if ip.is_reserved:
+        return "a reserved address"
     if ip.is_private:
         return "a private address"
-    if ip.is_reserved or not ip.is_global:
-        return "a reserved or non-global address"
+    if not ip.is_global or any(ip in n for n in _SPECIAL if n.version == 4):
+        return "a special-purpose or non-global address"
     return None
 
 
@@ -126,8 +135,8 @@ def refusal(ip: IPAddress) -> str | None:
         return "a multicast address"
     if ip.is_private:
         return "a private address"
-    if ip.is_reserved or not ip.is_global:
-        return "a reserved or non-global address"
+    if ip.is_reserved or not ip.is_global or any(ip in n for n in _SPECIAL if n.version == 6):
+        return "a reserved, special-purpose or non-global address"
     return None
 
 
