@@ -76,6 +76,10 @@ class DocumentSettings:
     """Upper bound for reading a whole manifest at admission: a million lines over a slow link."""
     max_redirects: int = 3
     """http(s) redirects followed per fetch, each to http(s) only and vetted like the first URL."""
+    egress_allow: tuple[str, ...] = ()
+    """CIDRs http(s) fetches may reach although they are not global addresses ($LADING_EGRESS_ALLOW,
+    the same allow-list as webhook delivery). Empty: only global addresses, so a manifest cannot
+    point a worker at the cloud metadata service or a cluster-internal service."""
 
 
 @dataclasses.dataclass(frozen=True)

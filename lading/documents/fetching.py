@@ -6,14 +6,14 @@ documents in workers, and verifying a document against its manifest line.
               '..' segment or when, symlinks resolved, it lies outside every root (a
               missing root list refuses every file:// URI). Existence is checked only
               after confinement, so a refused path reveals nothing about the file system.
-    http(s):// aiohttp with timeouts; redirects are followed by hand, at most
-              `max_redirects`, to http(s) only, each hop passed to the `vet` hook first.
-              Reads stop one byte past what the caller accepts.
-
-`vet` is the egress policy seam: a coroutine that raises `DocumentRefused` for a URL the
-installation must not fetch (cloud metadata addresses, cluster-internal services). Lading
-passes none by default; an installation that lets tenants name arbitrary http(s) URLs should
-pass one (see docs/large-batches.md).
+    http(s):// aiohttp with timeouts, through the same egress policy as webhook delivery
+              (`lading.delivery.egress`): loopback, private, link-local, cloud metadata and
+              every other non-global address is refused unless `DocumentSettings.egress_allow`
+              ($LADING_EGRESS_ALLOW) allows it; literal addresses are vetted before the
+              request, host names by the resolver aiohttp connects through (no DNS cache, so
+              no rebinding window). Redirects are followed by hand, at most `max_redirects`,
+              to http(s) only, each hop vetted again. Reads stop one byte past what the
+              caller accepts.
 
 Failures are classified for the executor: a missing document (404, no such file) or a
 document that is not what the manifest says (size, SHA-256, not UTF-8) is terminal,
@@ -31,21 +31,19 @@ import os
 import pathlib
 import stat
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
 import aiohttp
 
 from lading import errors
+from lading.delivery import egress
 from lading.settings import DocumentSettings
 
 CHUNK_BYTES = 256 * 1024
 """Read size for files and HTTP bodies: large enough for throughput, small enough to stay bounded."""
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-Vet = Callable[[str], Awaitable[None]]
-"""Egress policy: raise DocumentRefused for a URL that must not be fetched."""
 
 
 class FetchError(errors.LadingError):
@@ -172,17 +170,24 @@ async def _http_chunks(
         *,
         session: aiohttp.ClientSession,
         settings: DocumentSettings,
-        vet: Vet | None,
 ) -> AsyncIterator[bytes]:
     url = uri
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.fetch_timeout_s, sock_read=settings.fetch_timeout_s
     )
+    allowed = egress.parse_cidrs(settings.egress_allow)
     for _hop in range(settings.max_redirects + 1):
-        if vet is not None:
-            await vet(url)
         try:
-            async with session.get(url, allow_redirects=False, timeout=timeout) as response:
+            egress.vet_url(url, allowed=allowed)
+        except egress.EgressRefused as exc:
+            raise DocumentRefused(f"{redact(url)}: {exc}") from None
+        try:
+            token = egress.allowing(allowed)  # what the resolver vets host names against
+            try:
+                request = await session.get(url, allow_redirects=False, timeout=timeout)
+            finally:
+                egress.reset(token)
+            async with request as response:
                 if response.status in REDIRECTS:
                     location = response.headers.get("Location")
                     if not location:
@@ -197,6 +202,9 @@ async def _http_chunks(
                     yield chunk
                 return
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            refused = egress.find_refusal(exc)
+            if refused is not None:
+                raise DocumentRefused(f"{redact(url)}: {refused}") from None
             raise DocumentUnavailable(f"{redact(url)}: {type(exc).__name__}: {_short(exc)}") from None
     raise DocumentRefused(f"{redact(uri)}: more than {settings.max_redirects} redirects")
 
@@ -222,7 +230,6 @@ async def chunks(
         *,
         session: aiohttp.ClientSession | None,
         settings: DocumentSettings,
-        vet: Vet | None = None,
 ) -> AsyncIterator[AsyncIterator[bytes]]:
     """The bytes at `uri` as an iterator of chunks; the caller bounds how much it reads.
 
@@ -235,7 +242,7 @@ async def chunks(
     elif scheme in ("http", "https"):
         if session is None:
             raise ValueError("an http(s) URI needs an aiohttp session")
-        source = _http_chunks(uri, session=session, settings=settings, vet=vet)
+        source = _http_chunks(uri, session=session, settings=settings)
     else:
         raise DocumentRefused(f"{redact(uri)}: only file://, http:// and https:// URIs are supported")
     try:
@@ -247,8 +254,10 @@ async def chunks(
 
 
 def new_session() -> aiohttp.ClientSession:
-    """A session for fetching: no cookies kept, no proxy from the environment, no automatic retries."""
+    """A session for fetching: egress-vetting resolver without DNS cache, no cookies kept, no proxy
+    from the environment, no automatic retries."""
     return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(resolver=egress.VettingResolver(), use_dns_cache=False),
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
         auto_decompress=True,
@@ -259,9 +268,8 @@ def new_session() -> aiohttp.ClientSession:
 class Fetcher:
     """Fetches documents for a worker: one HTTP session, reused; close it when done."""
 
-    def __init__(self, *, settings: DocumentSettings, vet: Vet | None = None) -> None:
+    def __init__(self, *, settings: DocumentSettings) -> None:
         self.settings = settings
-        self._vet = vet
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -287,7 +295,7 @@ class Fetcher:
 
     async def _read(self, uri: str, *, session: aiohttp.ClientSession | None, limit: int) -> bytes:
         buffer = bytearray()
-        async with chunks(uri, session=session, settings=self.settings, vet=self._vet) as source:
+        async with chunks(uri, session=session, settings=self.settings) as source:
             async for chunk in source:
                 buffer += chunk
                 if len(buffer) > limit:

@@ -180,14 +180,13 @@ async def lines(
         *,
         settings: DocumentSettings,
         session: aiohttp.ClientSession | None = None,
-        vet: fetching.Vet | None = None,
 ) -> AsyncIterator[tuple[int, ManifestLine]]:
     """Stream the manifest's documents as (line number, line); blank lines are skipped but counted."""
     number = 0
     total = 0
     pending = bytearray()
     try:
-        async with fetching.chunks(uri, session=session, settings=settings, vet=vet) as source:
+        async with fetching.chunks(uri, session=session, settings=settings) as source:
             async for chunk in source:
                 total += len(chunk)
                 if total > MAX_MANIFEST_BYTES:
@@ -244,7 +243,6 @@ async def spool(
         uri: str,
         *,
         settings: DocumentSettings,
-        vet: fetching.Vet | None = None,
         directory: str | None = None,
 ) -> AsyncIterator[Spooled]:
     """Read and validate the whole manifest into a temporary file, deleted on exit.
@@ -260,7 +258,7 @@ async def spool(
             writer = csv.writer(out, lineterminator="\n")
             try:
                 async with _timeout(settings.manifest_timeout_s, uri):
-                    async for number, line in lines(uri, settings=settings, session=session, vet=vet):
+                    async for number, line in lines(uri, settings=settings, session=session):
                         writer.writerow((number, line.key, line.uri, line.sha256, line.bytes))
                         documents += 1
                         total_bytes += line.bytes

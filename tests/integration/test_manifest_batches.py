@@ -31,6 +31,8 @@ from lading.settings import (
 from tests.support import factories, fileserver, waiting
 
 MODEL_POLICY = {"pool": factories.POOL, "provider": "builtin", "model": "lading-builtin"}
+LOOPBACK = DocumentSettings(egress_allow=("127.0.0.0/8",))
+"""The test servers listen on 127.0.0.1, which the default egress policy refuses."""
 
 
 def batch(uri: str, *, name: str = "big", uid: str = "uid-big") -> specs.ExtractionBatch:
@@ -214,17 +216,34 @@ async def test_an_http_manifest_is_admitted_and_an_unreachable_one_is_temporary(
         server.files["/batches/m.jsonl"] = (tmp_path / "m.jsonl").read_bytes()
         server.failures["/batches/m.jsonl"].append(503)
         with pytest.raises(manifests.ManifestUnavailable, match="HTTP 503") as caught:
-            await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")))
+            await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")), documents=LOOPBACK)
         assert isinstance(caught.value, errors.TemporaryError) and caught.value.reason == "ManifestUnavailable"
         assert await counts(db) == (0, 0, 0, 0)
-        applied = await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")))
+        applied = await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")), documents=LOOPBACK)
         assert len(applied.result.job_ids) == 2_000
         with pytest.raises(applying.InvalidManifest, match="HTTP 403"):
             server.failures["/other.jsonl"].append(403)
-            await applying.admit_batch(db, batch(server.url("/other.jsonl"), name="other", uid="uid-o"))
+            await applying.admit_batch(
+                db, batch(server.url("/other.jsonl"), name="other", uid="uid-o"), documents=LOOPBACK
+            )
+        server.redirects["/moved.jsonl"] = "file:///etc/passwd"
+        with pytest.raises(applying.InvalidManifest, match="redirect to a non-http"):
+            await applying.admit_batch(db, batch(server.url("/moved.jsonl"), name="m", uid="uid-m"), documents=LOOPBACK)
+        server.redirects["/elsewhere.jsonl"] = "/batches/m.jsonl"
+        moved = await applying.admit_batch(
+            db, batch(server.url("/elsewhere.jsonl"), name="moved", uid="uid-moved"), documents=LOOPBACK
+        )
+        assert len(moved.result.job_ids) == 2_000
+        # Without an allowance, the egress policy refuses loopback before any request is sent.
+        requests = sum(server.requests.values())
+        with pytest.raises(applying.InvalidManifest, match="refused: a loopback address"):
+            await applying.admit_batch(db, batch(server.url("/batches/m.jsonl"), name="ssrf", uid="uid-s"))
+        assert sum(server.requests.values()) == requests
     port = fileserver.unused_port()
     with pytest.raises(manifests.ManifestUnavailable, match="ClientConnectorError"):
-        await applying.admit_batch(db, batch(f"http://127.0.0.1:{port}/m.jsonl", name="gone", uid="uid-gone"))
+        await applying.admit_batch(
+            db, batch(f"http://127.0.0.1:{port}/m.jsonl", name="gone", uid="uid-gone"), documents=LOOPBACK
+        )
 
 
 async def test_a_file_manifest_outside_the_document_roots_is_refused(
@@ -245,14 +264,16 @@ async def test_a_file_manifest_outside_the_document_roots_is_refused(
 # --- Workers
 
 
-def worker_settings(*roots: pathlib.Path, max_attempts: int = 5) -> WorkerSettings:
+def worker_settings(*roots: pathlib.Path, egress_allow: tuple[str, ...] = ()) -> WorkerSettings:
     return WorkerSettings(
         pool=factories.POOL,
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.05),
         claimer=ClaimerSettings(concurrency=8, batch_size=8, poll_interval_s=0.05),
         reaper=ReaperSettings(interval_s=0.05),
-        attempt=AttemptSettings(backoff_base_s=0.01, backoff_cap_s=0.02, timeout_s=5, max_attempts=max_attempts),
-        documents=DocumentSettings(roots=tuple(str(r) for r in roots), fetch_timeout_s=5),
+        attempt=AttemptSettings(backoff_base_s=0.01, backoff_cap_s=0.02, timeout_s=5),
+        documents=DocumentSettings(
+            roots=tuple(str(r) for r in roots), fetch_timeout_s=5, egress_allow=egress_allow
+        ),
         shutdown_grace_s=5.0,
     )
 
@@ -365,8 +386,8 @@ async def test_http_documents_are_verified_and_an_unavailable_one_is_retried(
         server.failures[f"/docs/{flaky.key}.txt"].extend([503, 502])
         del server.files[f"/docs/{missing.key}.txt"]
         server.files["/m.jsonl"] = b"\n".join(lines) + b"\n"
-        await applying.admit_batch(db, batch(server.url("/m.jsonl")))
-        worker = running.Worker(dbpool, settings=worker_settings())
+        await applying.admit_batch(db, batch(server.url("/m.jsonl")), documents=LOOPBACK)
+        worker = running.Worker(dbpool, settings=worker_settings(egress_allow=LOOPBACK.egress_allow))
         async with waiting.running(worker.run):
             await waiting.until(lambda: settled(db, 6), timeout_s=30)
         assert server.requests[f"/docs/{flaky.key}.txt"] == 3
@@ -386,6 +407,24 @@ async def test_http_documents_are_verified_and_an_unavailable_one_is_retried(
         assert found[sample.key][0] == sample.expected_state
 
 
+async def test_a_document_on_a_refused_address_is_never_requested(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    """The manifest may name any URL; the workers' egress policy decides what they connect to."""
+    await factories.seed(db)
+    async with fileserver.running() as server:
+        server.files["/inside.txt"] = b"cluster-internal"
+        server.files["/m.jsonl"] = manifest_line("inside", server.url("/inside.txt"), b"cluster-internal") + b"\n"
+        await applying.admit_batch(db, batch(server.url("/m.jsonl")), documents=LOOPBACK)
+        worker = running.Worker(dbpool, settings=worker_settings())
+        async with waiting.running(worker.run):
+            await waiting.until(lambda: settled(db, 1), timeout_s=30)
+        assert server.requests["/inside.txt"] == 0
+    assert await states(db) == {"inside": ("FAILED_TERMINAL", "DOCUMENT_REFUSED")}
+    error = await db.fetchval("SELECT error FROM job_attempts")
+    assert "refused: a loopback address" in error and "--egress-allow" in error
+
+
 async def test_an_unreachable_document_host_exhausts_its_retries(
         db: asyncpg.Connection, dbpool: asyncpg.Pool
 ) -> None:
@@ -393,10 +432,10 @@ async def test_an_unreachable_document_host_exhausts_its_retries(
     port = fileserver.unused_port()
     async with fileserver.running() as server:
         server.files["/m.jsonl"] = manifest_line("gone", f"http://127.0.0.1:{port}/gone.txt", b"text") + b"\n"
-        await applying.admit_batch(db, batch(server.url("/m.jsonl")))
+        await applying.admit_batch(db, batch(server.url("/m.jsonl")), documents=LOOPBACK)
     request = await db.fetchval("SELECT max_attempts FROM extraction_jobs")
     assert request == 5
-    worker = running.Worker(dbpool, settings=worker_settings())
+    worker = running.Worker(dbpool, settings=worker_settings(egress_allow=LOOPBACK.egress_allow))
     async with waiting.running(worker.run):
         await waiting.until(lambda: settled(db, 1), timeout_s=30)
     row = await db.fetchrow("SELECT state, attempt, last_error_class, last_error FROM extraction_jobs")

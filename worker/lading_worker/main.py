@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from lading import health
 from lading.db import migrating
 from lading.db import pool as dbpool
+from lading.delivery import egress
 from lading.documents import fetching
 from lading.settings import (
     AttemptSettings,
@@ -81,7 +82,10 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
             timeout_s=args.attempt_timeout, backoff_base_s=args.backoff_base
         ),
         documents=DocumentSettings(
-            roots=tuple(args.document_roots or fetching.roots_from_env(os.environ.get(DOCUMENT_ROOTS_ENV)))
+            roots=tuple(args.document_roots or fetching.roots_from_env(os.environ.get(DOCUMENT_ROOTS_ENV))),
+            egress_allow=tuple(
+                str(network) for network in egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])
+            ),
         ),
         shutdown_grace_s=args.grace,
     )
