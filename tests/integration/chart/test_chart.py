@@ -180,7 +180,10 @@ def test_operator_deployment(values: pathlib.Path | None) -> None:
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["args"][2:5] == ["operator", "--http", "0.0.0.0:8080"]
+    args = container["args"]
+    assert args[2:6] == ["operator", "--http", "0.0.0.0:8080", "--standalone"]
+    assert args[args.index("--db-secret") + 1] == "lading-database:url"
+    assert args[args.index("--worker-image") + 1] == container["image"], "workers run the operator's image"
     env = {variable["name"]: variable for variable in container["env"]}
     assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "lading-database", "key": "url"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -257,3 +260,19 @@ def test_values_schema_rejects_bad_values() -> None:
 def test_values_schema_rejects_incomplete_combinations(override: str, expected: str) -> None:
     result = run_helm("template", "lading", str(CHART), "--set", override)
     assert result.returncode != 0 and expected in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_every_container_command_line_parses_with_the_lading_cli(values: pathlib.Path | None) -> None:
+    """A flag renamed in the CLI must not leave the chart starting a process that exits at once."""
+    from lading_cli import main as cli
+
+    parser = cli.build_parser()
+    for deployment in objects(values, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            try:
+                parser.parse_args(container["args"])
+            except SystemExit:
+                command = " ".join(container["args"])
+                pytest.fail(f"{deployment['metadata']['name']}/{container['name']}: `lading {command}` does not parse")
