@@ -7,6 +7,7 @@
     jobs          list jobs (filters, paging) or show one with every attempt, result and event
     status        one-screen overview: pools, batches in progress, review queue, outbox
     review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
+    deliveries    deliveries to ERP webhooks: list, show, and redeliver or resolve (reconcile) them
     crds          write the CustomResourceDefinitions generated from the models (--check: verify)
     receiver      the reference ERP webhook receiver (verifies, dedups, books invoices)
     operator      run the Kubernetes operator (reconciles batches, pools, quotas, endpoints)
@@ -27,7 +28,7 @@ from lading_worker import main as worker_main
 from lading import __version__, errors
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import crds, local, receiver, reports, review
+from lading_cli import crds, deliveries, local, receiver, reports, review
 from lading_cli import operator as operator_cli
 
 
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     review_parser = commands.add_parser("review", help="list, show, approve, correct or reject jobs awaiting review")
     review.add_arguments(review_parser)
+
+    deliveries_parser = commands.add_parser("deliveries", help="list, show, redeliver or resolve deliveries")
+    deliveries.add_arguments(deliveries_parser)
 
     crds_parser = commands.add_parser("crds", help="write (or --check) the CRD YAML generated from the models")
     crds.add_arguments(crds_parser)
