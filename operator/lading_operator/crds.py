@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pathlib
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -220,6 +221,12 @@ KINDS: tuple[KindSpec, ...] = (
                     "message": "maxNumBatchedTokens must be at least maxNumSeqs; vLLM refuses to start otherwise",
                 },
             ),
+            ("spec", "vllm", "tolerations", "[]"): (
+                {
+                    "rule": "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                    "message": "a toleration with operator Exists takes no value",
+                },
+            ),
         },
     ),
     KindSpec(
@@ -320,6 +327,9 @@ def _defaults_from_factories(model: type[pydantic.BaseModel], schema: JsonSchema
     without `limits` would store no limits at all; with `default:` the stored object says what
     applies, and `kubectl get -o yaml` shows it.
     """
+    # Resolved annotations: a model defined before the models it refers to keeps forward references
+    # in `model_fields` (pydantic resolves them for validation only).
+    hints = typing.get_type_hints(model)
     for name, field in model.model_fields.items():
         alias = field.alias or name
         child = schema.get("properties", {}).get(alias)
@@ -331,7 +341,7 @@ def _defaults_from_factories(model: type[pydantic.BaseModel], schema: JsonSchema
                 child["default"] = value.model_dump(mode="json", by_alias=True, exclude_none=True)
             else:
                 child["default"] = pydantic.TypeAdapter(type(value)).dump_python(value, mode="json")
-        nested = _model_of(field.annotation)
+        nested = _model_of(hints.get(name, field.annotation))
         if nested is not None:
             target = child.get("items", child) if child.get("type") == "array" else child
             _defaults_from_factories(nested, target)
