@@ -125,7 +125,9 @@ echo "==> Helm chart"
 k get crd -l app.kubernetes.io/part-of=lading
 
 echo "==> quickstart: tenant acme, builtin pool, 200 invoices"
-k apply -f examples/quickstart.yaml
+# Server-side apply: client-side `kubectl apply` copies the whole object into an annotation,
+# limited to 256 KiB, which a batch with inline documents can exceed.
+k apply --server-side -f examples/quickstart.yaml
 k wait --for=condition=Complete extractionbatch/quickstart-invoices -n acme --timeout="$TIMEOUT"
 
 echo "==> result"
