@@ -3,8 +3,9 @@ How much more work a pool's provider can take right now: the `headroom` signal o
 
     vllm pool         GET <vLLM pod or Service>/metrics  ->  parse_vllm_metrics  ->  vllm_headroom
                       (requests running and waiting, KV-cache use, summed over model_name/engine)
-    external pool     the database: a pause in force, jobs waiting out a 429's Retry-After,
-                      optionally the provider's x-ratelimit-remaining share  ->  external_headroom
+    external pool     the database (lading.db.scaling.pool_signals): a pause in force, the
+                      limiter's 429 cooldown, optionally the provider's x-ratelimit-remaining
+                      share  ->  external_headroom
 
 Everything returns a `scaling.Headroom` (a fraction 0..1, or None when unknown, plus a short reason
 for the pool's status). A scrape that fails in any way (refused, timeout, not 200, too large, not
@@ -163,14 +164,14 @@ def external_headroom(
         now: dt.datetime,
         paused_until: dt.datetime | None = None,
         paused_reason: str | None = None,
-        rate_limited_until: dt.datetime | None = None,
+        cooldown_until: dt.datetime | None = None,
         last_rate_limited_at: dt.datetime | None = None,
         remaining_fraction: float | None = None,
 ) -> scaling.Headroom:
     """Headroom of an external (OpenAI-compatible) provider from what the workers recorded.
 
     - a pause in force (key refused, quota spent: lading.db pools.paused_until) -> 0;
-    - jobs waiting out a 429's Retry-After until `rate_limited_until` -> 0 until then;
+    - the pool's 429 cooldown (pools.cooldown_until, set by the limiter) in force -> 0;
     - a 429 in the last RATE_LIMIT_COOLDOWN_S -> 0;
     - the provider's rate-limit headers (remaining / limit), when known -> that share;
     - otherwise unknown: nothing says the provider is full.
@@ -179,8 +180,8 @@ def external_headroom(
         left = (paused_until - now).total_seconds()
         why = f": {paused_reason[:80]}" if paused_reason else ""
         return scaling.Headroom(0.0, f"pool paused for {left:.0f}s{why}")
-    if rate_limited_until is not None and rate_limited_until > now:
-        left = (rate_limited_until - now).total_seconds()
+    if cooldown_until is not None and cooldown_until > now:
+        left = (cooldown_until - now).total_seconds()
         return scaling.Headroom(0.0, f"429 cooldown, {left:.0f}s left")
     if last_rate_limited_at is not None:
         since = (now - last_rate_limited_at).total_seconds()
