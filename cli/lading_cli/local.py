@@ -10,6 +10,11 @@ job terminal or waiting for review), and prints a summary.
 Without `--database-url`/`$DATABASE_URL` it starts an embedded PostgreSQL (a real server,
 see `lading.db.embedded`) in `.lading/embedded/`, and stops and deletes it at exit unless
 `--keep-data` is given.
+
+An ExtractionBatch may give its documents by manifest (`spec.manifestUri`, JSON lines; see
+docs/large-batches.md). file:// documents are read only under the manifest's own directory and
+the `--document-root` directories; http(s) ones only from global addresses unless
+$LADING_EGRESS_ALLOW allows more.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -24,6 +30,7 @@ import pathlib
 import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,9 +42,11 @@ from lading_worker import running
 from lading import applying, errors
 from lading.db import batches, embedded, migrating
 from lading.db import pool as dbpool
+from lading.delivery import egress
+from lading.documents import manifests as document_manifests
 from lading.jobs.states import JobState
 from lading.models import manifests
-from lading.settings import ClaimerSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, DocumentSettings, ReaperSettings, WorkerSettings
 from lading_cli import progress
 
 POLL_S = 0.25
@@ -63,6 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, help="attempts in flight per worker (default: the pool's spec)")
     parser.add_argument("--timeout", type=float, help="exit 1 if batches are not settled after SECONDS")
     parser.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    parser.add_argument(
+        "--document-root",
+        dest="document_roots",
+        action="append",
+        type=pathlib.Path,
+        default=[],
+        metavar="DIR",
+        help="another directory file:// documents of manifest batches may be read from (repeatable; "
+        "each file:// manifest's own directory always is)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,15 +112,16 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
     conn = await dbpool.connect(dsn)
     try:
         await migrating.migrate(conn)
+        documents = _document_settings(loaded, args)
         try:
-            applied = await applying.apply_manifests(conn, loaded)
-        except (applying.AdmissionRejected, errors.IdempotencyConflict) as exc:
+            applied = await applying.apply_manifests(conn, loaded, documents=documents)
+        except (applying.AdmissionRejected, errors.IdempotencyConflict, document_manifests.ManifestUnavailable) as exc:
             print(f"lading run: not applied (nothing was changed): {exc}", file=sys.stderr)
             return EXIT_INVALID
     finally:
         await conn.close()
 
-    settings = _worker_settings(loaded, applied, args)
+    settings = [dataclasses.replace(s, documents=documents) for s in _worker_settings(loaded, applied, args)]
     db = await dbpool.create_pool(dsn, min_size=2, max_size=4 + 4 * len(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -164,6 +184,17 @@ def _worker_settings(
                 )
             )
     return result
+
+
+def _document_settings(loaded: manifests.Manifests, args: argparse.Namespace) -> DocumentSettings:
+    """Document roots: each file:// manifest's directory plus --document-root; egress as configured."""
+    roots = [str(path.resolve()) for path in args.document_roots]
+    for item in loaded.extraction_batches:
+        uri = item.resource.spec.manifest_uri
+        if uri is not None and urllib.parse.urlsplit(uri).scheme == "file":
+            roots.append(os.path.dirname(urllib.parse.unquote(urllib.parse.urlsplit(uri).path)))
+    allow = egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])
+    return DocumentSettings(roots=tuple(dict.fromkeys(roots)), egress_allow=tuple(str(n) for n in allow))
 
 
 def _api_keys(loaded: manifests.Manifests) -> dict[str, str]:
