@@ -52,7 +52,7 @@ import aiohttp.abc
 import asyncpg
 import yarl
 
-from lading import metrics
+from lading import failpoints, metrics
 from lading import settings as lading_settings
 from lading.db import deliveries
 from lading.delivery import breaker, building, egress
@@ -114,6 +114,18 @@ class DispatchResult:
     failed: int = 0
     unknown: int = 0
     stale: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DeliveryConfig:
+    """What a process needs to run a dispatcher besides its database pool (worker, `lading run`)."""
+
+    secrets: delivery_secrets.SecretSource
+    policy: egress.EgressPolicy = dataclasses.field(default_factory=egress.EgressPolicy)
+    settings: lading_settings.DeliverySettings = dataclasses.field(default_factory=lading_settings.DeliverySettings)
+
+    def dispatcher(self, db: asyncpg.Pool, *, owner: str | None = None) -> Dispatcher:
+        return Dispatcher(db, secrets=self.secrets, policy=self.policy, settings=self.settings, owner=owner)
 
 
 def _cut(text: str) -> str:
@@ -314,6 +326,7 @@ class Dispatcher:
         outcomes = await asyncio.gather(
             *(self._attempt(by_name[c.endpoint], c, keys[c.endpoint]) for c in claimed)
         )
+        await failpoints.ahit("delivery.after_send_before_record")
         return await self._record(claimed, outcomes, by_name)
 
     def _keys(self, endpoint: str) -> tuple[signing.SigningKey, ...]:

@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from lading import health
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading.delivery import egress
+from lading.delivery import dispatching, egress
+from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
 from lading.settings import (
     AttemptSettings,
     ClaimerSettings,
+    DeliverySettings,
     DocumentSettings,
     LeaseSettings,
     ReaperSettings,
@@ -61,6 +63,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"${DOCUMENT_ROOTS_ENV}, ':'-separated; none: file:// documents are refused)",
     )
     parser.add_argument(
+        "--egress-allow",
+        action="append",
+        metavar="CIDR",
+        help="let deliveries (and document fetches) connect to this otherwise refused range, e.g. 10.20.0.0/16 "
+        f"(repeatable; added to ${egress.ENV_VAR}, comma-separated)",
+    )
+    parser.add_argument(
+        "--endpoint-secrets-dir",
+        default=os.environ.get(delivery_secrets.ENV_VAR),
+        metavar="DIR",
+        help="signing secrets of DeliveryEndpoints, one file <namespace>.<name> each, a secret per line "
+        f"(default: ${delivery_secrets.ENV_VAR}; none: deliveries wait, counted)",
+    )
+    parser.add_argument(
+        "--no-dispatcher", action="store_true", help="do not send deliveries from this process"
+    )
+    parser.add_argument("--delivery-concurrency", type=int, default=DeliverySettings.concurrency)
+    parser.add_argument(
+        "--delivery-lease-ttl", type=float, default=DeliverySettings.lease_ttl_s,
+        help="seconds a claimed delivery is owned; a dead dispatcher's deliveries are retried after this",
+    )
+    parser.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464 in a pod); off by default",
@@ -83,15 +107,44 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
         ),
         documents=DocumentSettings(
             roots=tuple(args.document_roots or fetching.roots_from_env(os.environ.get(DOCUMENT_ROOTS_ENV))),
-            egress_allow=tuple(
-                str(network) for network in egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])
-            ),
+            egress_allow=tuple(str(network) for network in _egress_allow(args)),
         ),
         shutdown_grace_s=args.grace,
     )
 
 
-async def serve(dsn: str, settings: WorkerSettings, *, http: str | None = None) -> None:
+def _egress_allow(args: argparse.Namespace) -> tuple[egress.IPNetwork, ...]:
+    """`--egress-allow` flags and `$LADING_EGRESS_ALLOW`, together."""
+    return egress.parse_cidrs([*(args.egress_allow or ()), os.environ.get(egress.ENV_VAR, "")])
+
+
+def delivery_from(args: argparse.Namespace) -> dispatching.DeliveryConfig | None:
+    """The dispatcher's configuration, or None with `--no-dispatcher`."""
+    if args.no_dispatcher:
+        return None
+    source: delivery_secrets.SecretSource = (
+        delivery_secrets.DirectorySecrets(args.endpoint_secrets_dir)
+        if args.endpoint_secrets_dir else delivery_secrets.StaticSecrets({})
+    )
+    return dispatching.DeliveryConfig(
+        secrets=source,
+        policy=egress.EgressPolicy(allow=_egress_allow(args)),
+        settings=DeliverySettings(
+            concurrency=args.delivery_concurrency,
+            lease_ttl_s=args.delivery_lease_ttl,
+            total_timeout_s=min(DeliverySettings.total_timeout_s, args.delivery_lease_ttl / 2),
+            reap_interval_s=min(DeliverySettings.reap_interval_s, args.delivery_lease_ttl / 2),
+        ),
+    )
+
+
+async def serve(
+        dsn: str,
+        settings: WorkerSettings,
+        *,
+        http: str | None = None,
+        delivery: dispatching.DeliveryConfig | None = None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -105,7 +158,9 @@ async def serve(dsn: str, settings: WorkerSettings, *, http: str | None = None) 
             await migrating.migrate(conn)
         finally:
             await conn.close()
-        await running.run_worker(dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None)
+        await running.run_worker(
+            dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None, delivery=delivery
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
             health.parse_listen(args.http)
         except ValueError as exc:
             raise SystemExit(f"lading worker: --http: {exc}") from None
-    asyncio.run(serve(args.database_url, settings_from(args), http=args.http))
+    try:
+        delivery = delivery_from(args)
+        settings = settings_from(args)
+    except ValueError as exc:
+        raise SystemExit(f"lading worker: {exc}") from None
+    asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery))
     return 0
 
 

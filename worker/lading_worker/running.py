@@ -5,6 +5,7 @@ The Worker: every loop of one worker process wired as a named task.
     heartbeater  extends leases of in-flight attempts       (runs until attempts drained)
     committer    group-commits finished attempts            (runs until attempts drained)
     reaper       rescues expired leases, expires deadlines
+    delivery dispatcher  sends due deliveries to ERP webhooks (when configured; lading/delivery)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -26,6 +27,7 @@ import asyncpg
 from lading import limiting
 from lading.db import pool as dbpool
 from lading.db import registry
+from lading.delivery import dispatching
 from lading.documents import fetching
 from lading.ids import PoolName, WorkerId
 from lading.providers import base, factory
@@ -52,8 +54,11 @@ class Worker:
             provider: base.Provider | None = None,
             api_key: str | None = None,
             worker_id: WorkerId | None = None,
+            delivery: dispatching.DeliveryConfig | None = None,
     ) -> None:
         self.db = db
+        self.delivery = delivery
+        """When set, this process also runs a delivery dispatcher (any number of replicas may)."""
         self.settings = settings
         self.provider = provider
         self._api_key = api_key
@@ -117,6 +122,9 @@ class Worker:
             asyncio.create_task(committer.run_forever(stop_support), name="committer"),
             asyncio.create_task(reaper.run_forever(stop_support), name="reaper"),
         ]
+        if self.delivery is not None:
+            dispatcher = self.delivery.dispatcher(self.db, owner=f"{self.worker_id}-dispatcher")
+            support.append(asyncio.create_task(dispatcher.run_forever(stop_support), name="delivery dispatcher"))
         stopper = asyncio.create_task(stop.wait(), name="stop signal")
         logger.info("Worker %s started for pool %s", self.worker_id, pool)
         try:
@@ -153,10 +161,17 @@ class Worker:
             logger.warning("%d attempts did not finish in the grace period; their leases will expire", len(pending))
 
 
-async def run_worker(dsn: str, settings: WorkerSettings, stop: asyncio.Event, *, api_key: str | None = None) -> None:
+async def run_worker(
+        dsn: str,
+        settings: WorkerSettings,
+        stop: asyncio.Event,
+        *,
+        api_key: str | None = None,
+        delivery: dispatching.DeliveryConfig | None = None,
+) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8)
     try:
-        await Worker(db, settings=settings, api_key=api_key).run(stop)
+        await Worker(db, settings=settings, api_key=api_key, delivery=delivery).run(stop)
     finally:
         await db.close()

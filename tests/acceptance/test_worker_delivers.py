@@ -1,0 +1,86 @@
+"""
+Real worker processes deliver: secrets from a mounted directory, loopback allowed by
+`--egress-allow`, a dispatcher SIGKILLed between sending and recording leaves its deliveries to
+another replica, which sends them again with the same delivery id (the receiver dedups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+import signal
+
+import asyncpg
+import pytest
+import standardwebhooks
+
+from lading import accepting
+from lading.samples import generator
+from tests.integration.delivery import helpers
+from tests.support import erp_stub, factories, processes, waiting
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["--poll-interval", "0.1", "--reaper-interval", "0.2", "--egress-allow", "127.0.0.0/8",
+        "--delivery-lease-ttl", "2"]  # fmt: skip
+
+
+async def _accept(db: asyncpg.Connection, count: int) -> list[int]:
+    await factories.seed(db)
+    samples = [s for s in generator.generate(count * 3, seed=11) if s.expected_state == "SUCCEEDED"][:count]
+    request = dataclasses.replace(
+        factories.batch_request(count=0), endpoint=helpers.ENDPOINT,
+        documents=[accepting.DocumentInput(key=s.key, text=s.text) for s in samples],
+    )  # fmt: skip
+    return list((await accepting.accept_batch(db, request)).job_ids)
+
+
+async def _delivered(db: asyncpg.Connection, n: int) -> bool:
+    return await helpers.states(db) == {"DELIVERED": n}
+
+
+async def test_a_worker_delivers_signed_with_the_mounted_secret_and_a_killed_dispatchers_deliveries_are_resent(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path,
+) -> None:
+    secrets_dir = tmp_path / "endpoint-secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "acme.erp").write_text(helpers.SECRET + "\n")
+    secret_args = ["--endpoint-secrets-dir", str(secrets_dir)]
+    async with erp_stub.running() as erp:
+        await helpers.register(db, erp.webhook_url)
+        job_ids = await _accept(db, 8)
+        doomed = await processes.start_worker(
+            database_url, factories.POOL, args=[*ARGS, *secret_args],
+            failpoints="delivery.after_send_before_record=kill", log=tmp_path / "doomed.log",
+        )  # fmt: skip
+        try:
+            assert await asyncio.wait_for(doomed.wait(), 60) == -signal.SIGKILL
+        finally:
+            await processes.stop(doomed)
+        first_round = set(erp.ids())
+        assert first_round, "the killed dispatcher had sent before dying"
+        assert await db.fetchval("SELECT count(*) FROM deliveries WHERE state = 'IN_FLIGHT'") == len(first_round)
+
+        survivor = await processes.start_worker(
+            database_url, factories.POOL, args=[*ARGS, *secret_args], log=tmp_path / "survivor.log"
+        )
+        try:
+            await waiting.until(lambda: _accepted_then(db, len(job_ids)), timeout_s=60)
+        finally:
+            survivor.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(survivor.wait(), 30)
+
+    for request in erp.requests:
+        standardwebhooks.Webhook(helpers.SECRET).verify(request.body, request.headers)
+    ids = erp.ids()
+    assert len(set(ids)) == len(job_ids)
+    resent = {i for i in ids if ids.count(i) > 1}
+    assert resent == first_round, "exactly the deliveries in flight at the kill were sent again"
+    rows = await db.fetch("SELECT delivery_id::text AS id, ambiguous_attempts FROM deliveries")
+    assert {r["id"] for r in rows if r["ambiguous_attempts"] == 1} == first_round
+
+
+async def _accepted_then(db: asyncpg.Connection, n: int) -> bool:
+    jobs_done = await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'SUCCEEDED'") == n
+    return jobs_done and await _delivered(db, n)
