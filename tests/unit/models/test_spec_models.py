@@ -422,3 +422,55 @@ def test_min_replicas_above_the_default_max_is_rejected() -> None:
     # The CRD's CEL rule sees the defaulted maxReplicas (10); the model must agree.
     with pytest.raises(pydantic.ValidationError, match=r"maxReplicas \(10\) must be at least minReplicas \(11\)"):
         specs.WorkerSettings.model_validate({"minReplicas": 11})
+
+
+# --- InferencePool: vLLM deployment and scaling fields
+
+
+def test_vllm_deployment_and_scaling_defaults() -> None:
+    pool = specs.InferencePoolSpec.model_validate(VLLM_POOL)
+    vllm = pool.vllm or specs.VllmSettings()
+    assert (vllm.replicas, vllm.shm_size, vllm.node_selector, vllm.tolerations) == (1, "8Gi", None, None)
+    assert vllm.model_cache == specs.ModelCache(claim_name=None, size_limit="100Gi")
+    assert (pool.workers.idle_seconds, pool.workers.scaling) == (600, "builtin")
+
+
+def test_vllm_deployment_fields_round_trip_in_camel_case() -> None:
+    data = with_(VLLM_POOL, "vllm", {
+        "replicas": 2,
+        "shmSize": "16Gi",
+        "modelCache": {"claimName": "hf-cache"},
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    })
+    data = with_(data, "workers", {"scaling": "keda", "idleSeconds": 0})
+    pool = specs.InferencePoolSpec.model_validate(data)
+    dumped = pool.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["vllm"]["modelCache"] == {"claimName": "hf-cache", "sizeLimit": "100Gi"}
+    assert dumped["workers"]["idleSeconds"] == 0 and dumped["workers"]["scaling"] == "keda"
+    assert specs.InferencePoolSpec.model_validate(dumped) == pool
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "message"),
+    [
+        ("vllm.replicas", 0, "vllm.replicas", "greater than or equal to 1"),
+        ("vllm.replicas", 65, "vllm.replicas", "less than or equal to 64"),
+        ("vllm.shmSize", "lots", "vllm.shmSize", "pattern"),
+        ("vllm.modelCache", {"claimName": "Bad_Name"}, "vllm.modelCache.claimName", "pattern"),
+        ("vllm.modelCache", {"sizeLimit": "1 TB"}, "vllm.modelCache.sizeLimit", "pattern"),
+        ("vllm.nodeSelector", {"gpu": "x" * 64}, "vllm.nodeSelector.gpu", "at most 63"),
+        ("vllm.tolerations", [{"key": "gpu", "operator": "Exists", "value": "yes"}], "vllm.tolerations.0.value",
+         "operator Exists takes no value"),
+        ("vllm.tolerations", [{"operator": "Sometimes"}], "vllm.tolerations.0.operator", "'Exists' or 'Equal'"),
+        ("vllm.tolerations", [{"effect": "NoWay"}], "vllm.tolerations.0.effect", "NoSchedule"),
+        ("vllm.tolerations", [{"key": "k"}] * 33, "vllm.tolerations", "at most 32 items"),
+        ("workers.idleSeconds", -1, "workers.idleSeconds", "greater than or equal to 0"),
+        ("workers.idleSeconds", 86_401, "workers.idleSeconds", "less than or equal to 86400"),
+        ("workers.scaling", "hpa", "workers.scaling", "'builtin' or 'keda'"),
+    ],
+)
+def test_bad_vllm_deployment_or_scaling_value_is_rejected(path: str, value: Any, field: str, message: str) -> None:
+    found = errors_of(specs.InferencePoolSpec, with_(VLLM_POOL, path, value))
+    assert field in found, found
+    assert message in found[field]
