@@ -46,6 +46,15 @@ Rule = dict[str, str]
 _DROPPED_KEYWORDS = frozenset(
     {"title", "additionalProperties", "propertyNames", "patternProperties", "$defs", "examples"}
 )
+_KUBERNETES_FORMATS = frozenset(
+    {
+        "int32", "int64", "float", "double", "byte", "binary", "date", "date-time", "password", "uri", "email",
+        "hostname", "ipv4", "ipv6", "cidr", "mac", "uuid", "uuid3", "uuid4", "uuid5", "duration", "isbn", "isbn10",
+        "isbn13", "creditcard", "ssn", "hexcolor", "rgbcolor", "bsonobjectid",
+    }
+)
+"""Formats the API server validates (k8s.io/kube-openapi strfmt); any other is ignored, silently."""
+
 _KEPT_KEYWORDS = (
     "type",
     "format",
@@ -295,6 +304,16 @@ def _structural(node: JsonSchema, defs: Mapping[str, JsonSchema], *, where: str)
             del node["default"]
     if "const" in node:
         node["enum"] = [node.pop("const")]
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # JSON Schema 2020-12 (pydantic's gt/lt) has numeric exclusive bounds; OpenAPI v3.0
+        # (CRDs) has the number in minimum/maximum and a boolean flag.
+        if isinstance(node.get(exclusive), int | float) and not isinstance(node.get(exclusive), bool):
+            node[bound] = node[exclusive]
+            node[exclusive] = True
+    if node.get("uniqueItems"):
+        raise ValueError(f"{where}: uniqueItems is not allowed in CRDs; use x-kubernetes-list-type: set")
+    if "format" in node and node["format"] not in _KUBERNETES_FORMATS:
+        raise ValueError(f"{where}: format {node['format']!r} is not one Kubernetes checks; use a pattern")
     if "type" not in node:
         raise ValueError(f"{where}: no type (structural schemas need one on every node)")
     unknown = set(node) - set(_KEPT_KEYWORDS) - _DROPPED_KEYWORDS

@@ -60,6 +60,11 @@ def to_json_schema(node: Mapping[str, Any]) -> dict[str, Any]:
             result[key] = to_json_schema(value)
         else:
             result[key] = copy.deepcopy(value)
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if result.get(exclusive) is True:  # OpenAPI v3.0's boolean flag -> JSON Schema's number
+            result[exclusive] = result.pop(bound)
+        elif result.get(exclusive) is False:
+            del result[exclusive]
     if node.get("nullable") and "type" in result:
         result["type"] = [result["type"], "null"]
     if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node:
