@@ -8,6 +8,8 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  fenced claim, attempt row, group commit, result row and outbox row
     concurrency  2,500 jobs whose provider takes 1 s, 500 in flight in one process:
                  how close to the ideal 500 jobs/s one worker gets, and at what memory
+    fairness     tenant B's 20 jobs behind tenant A's 10,000 vs alone, Jain's index of equal
+                 tenants' throughput, claim latency at 1,000,000 waiting jobs vs 1,000
 
 This is not a test: nothing here asserts, it measures and compares with the targets, and
 `docs/benchmarks.md` says how to read the numbers. Each scenario runs in its own child
@@ -648,11 +650,245 @@ async def bench_concurrency(url: str) -> tuple[dict[str, Any], dict[str, Any], b
     return results, targets, passed
 
 
+# --------------------------------------------------------------------------------------------
+# fairness
+
+FAIRNESS_LATENCY_S = 0.2
+FAIRNESS_CONCURRENCY = 50
+FAIRNESS_BACKLOG = 10_000
+FAIRNESS_SMALL = 20
+FAIRNESS_WARMUP_JOBS = 500
+"""Tenant A's jobs settled before tenant B arrives: the worker is in its steady state."""
+FAIRNESS_EQUAL_TENANTS = 4
+FAIRNESS_EQUAL_JOBS = 1_500
+"""Per tenant; the window closes at 2,000 settled, while every tenant still has work."""
+FAIRNESS_WINDOW_JOBS = 2_000
+FAIRNESS_CLAIMS = 300
+FAIRNESS_CLAIM_LIMIT = 10
+FAIRNESS_LARGE_BACKLOG = 1_000_000
+FAIRNESS_SMALL_BACKLOG = 1_000
+FAIRNESS_TARGET_P95_RATIO = 2.0
+FAIRNESS_TARGET_JAIN = 0.99
+FAIRNESS_TARGET_CLAIM_RATIO = 1.5
+
+
+def _tenant_batch(tenant: str, name: str, texts: Sequence[str]) -> accepting.BatchRequest:
+    return dataclasses.replace(batch_request(name, texts), tenant=TenantName(tenant), namespace=tenant)
+
+
+async def _fair_prepare(conn: asyncpg.Connection, tenants: dict[str, int]) -> None:
+    """Empty the data tables and the scheduling state; (re)declare `tenants` with their weights."""
+    await conn.execute(f"TRUNCATE {DATA_TABLES}, tenant_queues, tenant_usage RESTART IDENTITY CASCADE")
+    for tenant, weight in tenants.items():
+        await registry.upsert_tenant(
+            conn, name=TenantName(tenant), namespaces=[tenant], weight=weight, max_queued_jobs=None,
+            max_in_flight=None, spec={},
+        )
+
+
+@contextlib.asynccontextmanager
+async def _worker_running(db: asyncpg.Pool, provider: base.Provider) -> Any:
+    from lading_worker import running
+
+    settings = worker_settings(
+        concurrency=FAIRNESS_CONCURRENCY, claim_batch=FAIRNESS_CONCURRENCY, commit_batch=100, prefetch=0
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(running.Worker(db, settings=settings, provider=provider).run(stop), name="fair worker")
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def _wait_settled(
+        conn: asyncpg.Connection, task: asyncio.Task[None], sql: str, *args: Any, at_least: int
+) -> None:
+    started = time.perf_counter()
+    while await conn.fetchval(sql, *args) < at_least:
+        if task.done():
+            task.result()
+            raise RuntimeError("the worker stopped early")
+        if time.perf_counter() - started > SETTLE_TIMEOUT_S:
+            raise RuntimeError(f"fewer than {at_least} jobs settled in {SETTLE_TIMEOUT_S:g} s")
+        await asyncio.sleep(SETTLE_POLL_S)
+
+
+_SETTLED_OF_BATCH = "SELECT count(*) FROM extraction_jobs WHERE batch_id = $1 AND state = ANY($2::text[])"
+_SETTLED = "SELECT count(*) FROM extraction_jobs WHERE state = ANY($1::text[])"
+
+
+async def _small_tenant_completion_s(
+        db: asyncpg.Pool, conn: asyncpg.Connection, provider: base.Provider, *, backlog: int,
+) -> list[float]:
+    """Seconds from B's acceptance to each of its jobs settling, behind `backlog` jobs of A."""
+    await _fair_prepare(conn, {"tenant-a": 1, "tenant-b": 1})
+    if backlog:
+        await accepting.accept_batch(conn, _tenant_batch("tenant-a", "a", invoice_texts(backlog)))
+    async with _worker_running(db, provider) as task:
+        if backlog:
+            await _wait_settled(conn, task, _SETTLED, list(SETTLED_STATES), at_least=FAIRNESS_WARMUP_JOBS)
+        b = await accepting.accept_batch(conn, _tenant_batch("tenant-b", "b", invoice_texts(FAIRNESS_SMALL, seed=1)))
+        await _wait_settled(conn, task, _SETTLED_OF_BATCH, b.batch_id, list(SETTLED_STATES), at_least=FAIRNESS_SMALL)
+    # REVIEW_REQUIRED has no finished_at: the settling update's time is updated_at.
+    rows = await conn.fetch(
+        "SELECT extract(epoch FROM coalesce(j.finished_at, j.updated_at) - b.created_at)::float8 AS s"
+        "  FROM extraction_jobs j JOIN batches b ON b.id = j.batch_id WHERE j.batch_id = $1 ORDER BY 1",
+        b.batch_id,
+    )
+    return [r["s"] for r in rows]
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+async def _shares(
+        db: asyncpg.Pool, conn: asyncpg.Connection, provider: base.Provider, weights: dict[str, int],
+) -> dict[str, int]:
+    """Jobs each tenant got settled in a window where every tenant still had work."""
+    await _fair_prepare(conn, weights)
+    for n, tenant in enumerate(weights):
+        await accepting.accept_batch(
+            conn, _tenant_batch(tenant, tenant, invoice_texts(FAIRNESS_EQUAL_JOBS, seed=n))
+        )
+    async with _worker_running(db, provider) as task:
+        await _wait_settled(conn, task, _SETTLED, list(SETTLED_STATES), at_least=FAIRNESS_WINDOW_JOBS)
+        rows = await conn.fetch(
+            "SELECT tenant, count(*)::int AS n FROM extraction_jobs WHERE state = ANY($1::text[]) GROUP BY tenant",
+            list(SETTLED_STATES),
+        )
+    got = {r["tenant"]: r["n"] for r in rows}
+    return {tenant: got.get(tenant, 0) for tenant in weights}
+
+
+def _jain(values: Sequence[float]) -> float:
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 0.0
+
+
+async def _claim_latencies_ms(conn: asyncpg.Connection, *, backlog: int) -> list[float]:
+    """Claim latency with `backlog` waiting jobs over five tenants (one with most of them); every
+    claimed job is given back at once, so the backlog stays the same size."""
+    from lading.db import jobs as jobs_db
+    from lading.ids import WorkerId
+
+    tenants = {f"tenant-{n}": 1 for n in range(5)}
+    await _fair_prepare(conn, tenants)
+    await conn.execute(
+        """
+        INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256,
+                                     pool, schema, validation_policy, priority, max_attempts, deadline_at,
+                                     available_at)
+        SELECT g, 'tenant-' || CASE WHEN g % 10 < 6 THEN 0 ELSE g % 10 - 5 END, g / 10000, g, 'doc-' || g, 'h', 's',
+               $1, $2, $3, (g % 3)::smallint, 5, clock_timestamp() + interval '1 day',
+               clock_timestamp() - make_interval(secs => ($4 - g) / 1000.0)
+          FROM generate_series(1, $4) AS g
+        """,
+        POOL, SCHEMA, VALIDATION_POLICY, backlog,
+    )
+    await conn.execute(
+        "INSERT INTO job_documents (job_id, text, bytes) SELECT g, 'text', 4 FROM generate_series(1, $1) g",
+        backlog,
+    )
+    await conn.execute("VACUUM ANALYZE extraction_jobs")
+    await conn.execute("VACUUM ANALYZE job_documents")
+    worker = WorkerId("bench-claimer")
+    latencies = []
+    for _ in range(FAIRNESS_CLAIMS):
+        started = time.perf_counter()
+        claimed = await jobs_db.claim_batch(
+            conn, pool=POOL, worker_id=worker, limit=FAIRNESS_CLAIM_LIMIT, lease_ttl_s=60
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        await jobs_db.release_many(conn, [(j.id, j.fence) for j in claimed], worker_id=worker)
+    return latencies
+
+
+async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """
+    Tenant B's 20 jobs behind tenant A's 10,000 (and alone, for the reference), per-tenant
+    throughput of four equal tenants (Jain's index) and of weights 1:1:2, all through one worker
+    with 50 calls in flight against a provider that takes 200 ms; then claim latency with
+    1,000,000 waiting jobs vs 1,000.
+    """
+    from lading.providers import noop
+
+    provider = SleepingProvider(noop.NoopProvider(), FAIRNESS_LATENCY_S)
+    conn = await dbpool.connect(url)
+    pool = await _worker_pool(url)
+    try:
+        alone = await _small_tenant_completion_s(pool, conn, provider, backlog=0)
+        print(f"bench: fairness B alone {alone}", file=sys.stderr, flush=True)
+        behind = await _small_tenant_completion_s(pool, conn, provider, backlog=FAIRNESS_BACKLOG)
+        print(f"bench: fairness B behind A {behind}", file=sys.stderr, flush=True)
+        equal = await _shares(pool, conn, provider, {f"equal-{n}": 1 for n in range(FAIRNESS_EQUAL_TENANTS)})
+        print(f"bench: fairness equal weights {equal}", file=sys.stderr, flush=True)
+        weighted = await _shares(pool, conn, provider, {"w1-a": 1, "w1-b": 1, "w2": 2})
+        print(f"bench: fairness weights 1:1:2 {weighted}", file=sys.stderr, flush=True)
+        small = await _claim_latencies_ms(conn, backlog=FAIRNESS_SMALL_BACKLOG)
+        large = await _claim_latencies_ms(conn, backlog=FAIRNESS_LARGE_BACKLOG)
+    finally:
+        await pool.close()
+        await conn.close()
+    p50_ratio = statistics.median(behind) / statistics.median(alone)
+    p95_ratio = _quantile(behind, 0.95) / _quantile(alone, 0.95)
+    jain = _jain(list(equal.values()))
+    claim_ratio = _quantile(large, 0.95) / _quantile(small, 0.95)
+    weight_sum = 4
+    results = {
+        "provider": f"SleepingProvider(NoopProvider, {FAIRNESS_LATENCY_S:g} s)",
+        "concurrency": FAIRNESS_CONCURRENCY,
+        "small_tenant": {
+            "jobs": FAIRNESS_SMALL,
+            "backlog_of_other_tenant": FAIRNESS_BACKLOG,
+            "alone_p50_s": round(statistics.median(alone), 3),
+            "alone_p95_s": round(_quantile(alone, 0.95), 3),
+            "behind_p50_s": round(statistics.median(behind), 3),
+            "behind_p95_s": round(_quantile(behind, 0.95), 3),
+            "p50_ratio": round(p50_ratio, 2),
+            "p95_ratio": round(p95_ratio, 2),
+        },
+        "equal_weights": {"settled_per_tenant": equal, "jain_index": round(jain, 4)},
+        "weights_1_1_2": {
+            "settled_per_tenant": weighted,
+            "share_vs_weight": {
+                t: round(n / sum(weighted.values()) / (w / weight_sum), 3)
+                for (t, n), w in zip(weighted.items(), (1, 1, 2), strict=True)
+            },
+        },
+        "claim_latency": {
+            "claims": FAIRNESS_CLAIMS,
+            "limit": FAIRNESS_CLAIM_LIMIT,
+            "backlog_small": FAIRNESS_SMALL_BACKLOG,
+            "backlog_large": FAIRNESS_LARGE_BACKLOG,
+            "small_p50_ms": round(statistics.median(small), 3),
+            "small_p95_ms": round(_quantile(small, 0.95), 3),
+            "large_p50_ms": round(statistics.median(large), 3),
+            "large_p95_ms": round(_quantile(large, 0.95), 3),
+            "p95_ratio": round(claim_ratio, 2),
+        },
+    }
+    targets = {
+        "small_tenant_p95_ratio_max": FAIRNESS_TARGET_P95_RATIO,
+        "jain_index_min": FAIRNESS_TARGET_JAIN,
+        "claim_latency_p95_ratio_max": FAIRNESS_TARGET_CLAIM_RATIO,
+    }
+    passed = (
+        p95_ratio <= FAIRNESS_TARGET_P95_RATIO
+        and jain >= FAIRNESS_TARGET_JAIN
+        and claim_ratio <= FAIRNESS_TARGET_CLAIM_RATIO
+    )
+    return results, targets, passed
+
+
 Scenario = Callable[[str], Awaitable[tuple[dict[str, Any], dict[str, Any], bool]]]
 SCENARIOS: dict[str, Scenario] = {
     "accept": bench_accept,
     "dispatch": bench_dispatch,
     "concurrency": bench_concurrency,
+    "fairness": bench_fairness,
 }
 
 
