@@ -38,10 +38,10 @@ def _documents(path: pathlib.Path) -> list[dict[str, Any]]:
 
 def _example_objects() -> list[tuple[str, dict[str, Any]]]:
     found = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
         for index, document in enumerate(_documents(path)):
             if document.get("kind") in LADING_KIND_NAMES:
-                found.append((f"{path.name}#{index}", document))
+                found.append((f"{path.relative_to(EXAMPLES)}#{index}", document))
     return found
 
 
