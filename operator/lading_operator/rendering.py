@@ -356,7 +356,15 @@ def vllm_deployment(
             # No spare GPU is assumed: replace pods one at a time instead of surging.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": labels(pool, component, config)},
+                "metadata": {
+                    "labels": labels(pool, component, config),
+                    # vLLM serves Prometheus metrics on its API port; KEDA's headroom trigger reads them.
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(VLLM_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
                 "spec": pod_spec,
             },
         },
