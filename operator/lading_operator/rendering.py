@@ -51,6 +51,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lading.delivery import egress
+from lading.delivery import secrets as delivery_secrets
 from lading.models import specs
 
 VLLM_PORT = 8000
@@ -136,7 +138,8 @@ class OperatorConfig:
     amqp_url_secret: SecretKeySelector | None = None
     """Secret key holding the RabbitMQ URL (LADING_AMQP_URL). None: the worker runs without a broker."""
     egress_allow: tuple[str, ...] = ()
-    """Hosts (or CIDRs) delivery may reach besides registered endpoints (LADING_EGRESS_ALLOW). Empty: unset."""
+    """Address ranges (CIDRs, e.g. an in-cluster ERP's 10.20.0.0/16) that deliveries and document fetches may
+    reach although private addresses are refused by default (LADING_EGRESS_ALLOW). Empty: unset."""
     endpoint_secrets: tuple[EndpointSecret, ...] = ()
     """Signing secrets projected into the worker pod. Empty: no volume, no LADING_ENDPOINT_SECRETS_DIR."""
     worker_http_port: int = WORKER_HTTP_PORT_DEFAULT
@@ -427,12 +430,13 @@ def worker_deployment(
     if config.amqp_url_secret is not None:
         env.append(_secret_env("LADING_AMQP_URL", config.amqp_url_secret))
     if config.egress_allow:
-        env.append({"name": "LADING_EGRESS_ALLOW", "value": ",".join(config.egress_allow)})
+        egress.parse_cidrs(config.egress_allow)  # a ValueError names the bad range before a pod crash-loops on it
+        env.append({"name": egress.ENV_VAR, "value": ",".join(config.egress_allow)})
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     secrets = _endpoint_secrets(config)
     if secrets:
-        env.append({"name": "LADING_ENDPOINT_SECRETS_DIR", "value": ENDPOINT_SECRETS_MOUNT})
+        env.append({"name": delivery_secrets.ENV_VAR, "value": ENDPOINT_SECRETS_MOUNT})
         volumes.append({
             "name": "endpoint-secrets",
             "projected": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 from collections.abc import Iterator
@@ -10,7 +11,10 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 from lading_operator import rendering
+from lading_worker import main as worker_main
 
+from lading.delivery import egress
+from lading.delivery import secrets as delivery_secrets
 from lading.models import specs
 
 K8S_VERSIONS = ("1.35.0", "1.37.0")
@@ -21,7 +25,7 @@ CONFIG = rendering.OperatorConfig(
     worker_image="registry.example/lading:1.2.3",
     database_secret=rendering.SecretKeySelector(name="lading-db", key="url"),
     amqp_url_secret=rendering.SecretKeySelector(name="lading-amqp", key="url"),
-    egress_allow=("erp.acme.example", "10.0.0.0/8"),
+    egress_allow=("10.20.0.0/16", "192.168.7.0/24"),
     endpoint_secrets=(
         rendering.EndpointSecret(endpoint="acme/erp", secret_name="lading-endpoint-acme-erp", key="secret"),
         rendering.EndpointSecret(endpoint="beta/sap", secret_name="lading-endpoint-beta-sap", key="secret"),
@@ -255,12 +259,35 @@ def test_worker_runs_lading_worker_for_the_pool() -> None:
     assert pod["automountServiceAccountToken"] is False
 
 
+def test_worker_command_is_what_the_worker_itself_parses() -> None:
+    """The rendered arguments and variable names are the worker's real ones, so a hand-run worker is the same."""
+    deployment = rendering.worker_deployment(VLLM_FULL, uid=UID, config=CONFIG, replicas=1)
+    c = container(deployment)
+    parser = argparse.ArgumentParser()
+    worker_main.add_arguments(parser)
+    assert c["args"][0] == "worker"
+    args = parser.parse_args(c["args"][1:])
+    assert (args.pool, args.concurrency, args.http, args.grace) == ("lading-system/qwen", 16, "0.0.0.0:8080", 20.0)
+    env = env_of(deployment)
+    assert {egress.ENV_VAR, delivery_secrets.ENV_VAR} <= set(env)
+    external = env_of(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1))
+    assert worker_main.API_KEY_ENV in external
+    cidrs = egress.parse_cidrs([env[egress.ENV_VAR]["value"]])
+    assert [str(n) for n in cidrs] == ["10.20.0.0/16", "192.168.7.0/24"]
+
+
+def test_a_bad_egress_range_is_refused_by_name() -> None:
+    config = rendering.OperatorConfig(egress_allow=("10.0.0.0/8", "erp.acme.example"))
+    with pytest.raises(ValueError, match=r"'erp\.acme\.example' is not a CIDR"):
+        rendering.worker_deployment(EXTERNAL, uid=UID, config=config, replicas=1)
+
+
 def test_worker_environment_comes_from_secrets_and_config() -> None:
     env = env_of(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1))
     assert env["DATABASE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "lading-db", "key": "url"}}
     assert env["LADING_PROVIDER_API_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "openai", "key": "apiKey"}}
     assert env["LADING_AMQP_URL"]["valueFrom"] == {"secretKeyRef": {"name": "lading-amqp", "key": "url"}}
-    assert env["LADING_EGRESS_ALLOW"]["value"] == "erp.acme.example,10.0.0.0/8"
+    assert env["LADING_EGRESS_ALLOW"]["value"] == "10.20.0.0/16,192.168.7.0/24"
     assert env["LADING_ENDPOINT_SECRETS_DIR"]["value"] == "/etc/lading/endpoint-secrets"
 
 
