@@ -2,8 +2,10 @@
 Write the committed sample set from `lading.samples.generator` (seed 2026, 200 invoices):
 
     examples/invoices/truth.jsonl   per document: key, expected_state, defect, truth
-    examples/quickstart.yaml        TenantQuota acme, InferencePool builtin, and an
-                                    ExtractionBatch with the 200 texts inline
+    examples/quickstart.yaml        TenantQuota acme, InferencePool builtin, a DeliveryEndpoint on
+                                    127.0.0.1:8787 with its signing Secret (`lading run` serves the
+                                    reference receiver there), and an ExtractionBatch with the 200
+                                    texts inline
 
     python hack/make_samples.py           regenerate both
     python hack/make_samples.py --check   exit 1 if the committed files are not what it would write
@@ -87,12 +89,29 @@ def quickstart_yaml(samples: list[generator.Sample]) -> str:
             },
         },
         {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "erp-signing", "namespace": "acme"},
+            "stringData": {"secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "DeliveryEndpoint",
+            "metadata": {"name": "erp", "namespace": "acme"},
+            "spec": {
+                "url": "http://127.0.0.1:8787/webhooks/lading",
+                "secretRef": {"name": "erp-signing", "key": "secret"},
+                "retryBudget": {"maxAttempts": 12, "maxAgeSeconds": 3600},
+            },
+        },
+        {
             "apiVersion": API_VERSION,
             "kind": "ExtractionBatch",
             "metadata": {"name": "quickstart-invoices", "namespace": "acme"},
             "spec": {
                 "schema": "invoice.v1",
                 "inferencePoolRef": {"name": "builtin", "namespace": "lading-system"},
+                "deliveryEndpointRef": {"name": "erp"},
                 "priority": "normal",
                 "deadlineSeconds": 3600,
                 "validationPolicy": "invoice-strict-v1",
@@ -101,7 +120,8 @@ def quickstart_yaml(samples: list[generator.Sample]) -> str:
         },
     ]
     header = (
-        "# Quickstart: a tenant, the builtin (offline, rule-based demo) pool and 200 synthetic invoices.\n"
+        "# Quickstart: a tenant, the builtin (offline, rule-based demo) pool, 200 synthetic invoices, and\n"
+        "# their delivery, signed, to a webhook on 127.0.0.1:8787 (`lading run` serves the reference receiver).\n"
         "# Written by hack/make_samples.py (seed 2026); expected outcomes: examples/invoices/truth.jsonl.\n"
     )
     return header + yaml.dump_all(

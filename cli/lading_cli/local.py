@@ -7,6 +7,10 @@ it before touching the database, applies it in one transaction through the same 
 functions the operator uses, runs workers in-process until every batch is settled (each
 job terminal or waiting for review), and prints a summary.
 
+Batches with a DeliveryEndpoint are delivered by an in-process dispatcher, to the reference
+receiver started in-process when the endpoint is on this machine (`lading_cli.local_delivery`);
+the run waits for those deliveries too.
+
 Without `--database-url`/`$DATABASE_URL` it starts an embedded PostgreSQL (a real server,
 see `lading.db.embedded`) in `.lading/embedded/`, and stops and deletes it at exit unless
 `--keep-data` is given.
@@ -40,14 +44,13 @@ import rich.table
 from lading_worker import running
 
 from lading import applying, errors
-from lading.db import batches, embedded, migrating
+from lading.db import batches, deliveries, embedded, migrating
 from lading.db import pool as dbpool
-from lading.delivery import egress
 from lading.documents import manifests as document_manifests
 from lading.jobs.states import JobState
 from lading.models import manifests
 from lading.settings import ClaimerSettings, DocumentSettings, ReaperSettings, WorkerSettings
-from lading_cli import progress
+from lading_cli import local_delivery, progress
 
 POLL_S = 0.25
 """How often progress is read from the database."""
@@ -82,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="another directory file:// documents of manifest batches may be read from (repeatable; "
         "each file:// manifest's own directory always is)",
     )
+    local_delivery.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,18 +136,30 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
         asyncio.create_task(running.Worker(db, settings=s, api_key=keys.get(s.pool)).run(stop), name=f"worker {s.pool}")
         for s in settings
     ]
+    outgoing = contextlib.AsyncExitStack()
+    try:
+        delivery = await outgoing.enter_async_context(local_delivery.delivering(
+            dsn=dsn, db=db, the_plan=local_delivery.plan(loaded, args), stop=stop, receiver=not args.no_receiver,
+        ))  # fmt: skip
+    except local_delivery.ReceiverUnavailable as exc:
+        stop.set()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await db.close()
+        print(f"lading run: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    batch_ids = [a.result.batch_id for a in applied]
     display = _display(args)
     timed_out = False
     try:
         while True:
             snapshot = await _snapshot(db, applied)
             display.update(snapshot)
-            if all(p.done for _, p in snapshot):
+            if all(p.done for _, p in snapshot) and not await delivery.open_deliveries(batch_ids):
                 break
             if args.timeout is not None and time.monotonic() - started > args.timeout:
                 timed_out = True
                 break
-            crashed = [t for t in workers if t.done()]
+            crashed = [t for t in [*workers, delivery.task] if t is not None and t.done()]
             if crashed or stop.is_set():
                 for task in crashed:
                     task.result()
@@ -153,6 +169,7 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
         display.close()
         stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
+        await outgoing.aclose()
     try:
         summary = await _summary(db, applied, database=kind, elapsed_s=time.monotonic() - started)
     finally:
@@ -193,7 +210,7 @@ def _document_settings(loaded: manifests.Manifests, args: argparse.Namespace) ->
         uri = item.resource.spec.manifest_uri
         if uri is not None and urllib.parse.urlsplit(uri).scheme == "file":
             roots.append(os.path.dirname(urllib.parse.unquote(urllib.parse.urlsplit(uri).path)))
-    allow = egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])
+    allow = local_delivery.egress_allow(args)
     return DocumentSettings(roots=tuple(dict.fromkeys(roots)), egress_allow=tuple(str(n) for n in allow))
 
 
@@ -250,7 +267,7 @@ async def _summary(
                     "pool": a.pool,
                     "total": snapshot.total,
                     "counts": {state.value: snapshot.counts[state] for state in JobState},
-                    "delivered": 0,
+                    "delivered": await deliveries.count_delivered_of_batch(conn, batch_id=a.result.batch_id),
                     "settled": snapshot.done,
                     "started_at": _rfc3339(started_at),
                     "completed_at": _rfc3339(last_change_at) if snapshot.done else None,
@@ -264,7 +281,7 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(summary, indent=2))
         return
     table = rich.table.Table(title=f"Lading run ({summary['database']} database, {summary['elapsed_s']:.1f} s)")
-    for column in ("batch", "total", "succeeded", "review", "failed", "cancelled", "other", "settled"):
+    for column in ("batch", "total", "succeeded", "delivered", "review", "failed", "cancelled", "other", "settled"):
         table.add_column(column, justify="left" if column == "batch" else "right", overflow="fold", no_wrap=True)
     for b in summary["batches"]:
         counts = b["counts"]
@@ -273,6 +290,7 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
             f"{b['namespace']}/{b['name']}",
             str(b["total"]),
             str(counts["SUCCEEDED"]),
+            str(b["delivered"]),
             str(counts["REVIEW_REQUIRED"]),
             str(counts["FAILED_TERMINAL"]),
             str(counts["CANCELLED"]),

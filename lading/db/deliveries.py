@@ -338,6 +338,11 @@ async def count_delivered_of_batch(conn: asyncpg.Connection, *, batch_id: BatchI
     return int(await conn.fetchval(queries.sql("delivery_count_delivered_of_batch"), batch_id))
 
 
+async def count_open_of_batches(conn: asyncpg.Connection, *, batch_ids: Sequence[BatchId]) -> int:
+    """Deliveries of these batches not yet settled (PENDING, IN_FLIGHT, RETRY_SCHEDULED)."""
+    return int(await conn.fetchval(queries.sql("delivery_count_open_of_batches"), list(batch_ids)))
+
+
 async def endpoints_for_dispatch(conn: asyncpg.Connection) -> list[EndpointHealth]:
     rows = await conn.fetch(queries.sql("endpoint_list_for_dispatch"))
     return [

@@ -41,6 +41,9 @@ async def test_the_sample_set_ends_in_the_states_its_ground_truth_expects(
         expected[sample["expected_state"]] = expected.get(sample["expected_state"], 0) + 1
     assert {k: v for k, v in batch["counts"].items() if v} == expected
     assert batch["settled"] is True and batch["total"] == len(truth) >= 200
+    # Every success was delivered, signed, to the reference receiver `lading run` served, which booked it.
+    assert batch["delivered"] == batch["counts"]["SUCCEEDED"] == expected["SUCCEEDED"]
+    assert await db.fetchval("SELECT count(*) FROM erp_inbox WHERE status = 'accepted'") == expected["SUCCEEDED"]
     assert batch["started_at"].endswith("Z") and batch["completed_at"] >= batch["started_at"]
 
     states = {r["document_key"]: r["state"] for r in await db.fetch("SELECT document_key, state FROM extraction_jobs")}
@@ -154,3 +157,22 @@ async def test_a_pool_on_an_openai_compatible_endpoint_runs_with_the_key_from_it
     assert len(stub.requests) >= 10
     assert {r.headers["Authorization"] for r in stub.requests} == {"Bearer sk-from-secret"}
     assert "sk-from-secret" not in done.stdout + done.stderr
+
+
+async def test_deliveries_to_an_endpoint_that_is_not_on_this_machine_are_refused_by_the_egress_policy(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    [endpoint] = [d for d in documents if d["kind"] == "DeliveryEndpoint"]
+    [batch] = [d for d in documents if d["kind"] == "ExtractionBatch"]
+    batch["spec"]["documents"] = batch["spec"]["documents"][:5]
+    endpoint["spec"]["url"] = "http://10.255.255.1:8787/webhooks/lading"  # private: refused, never connected
+    manifest = tmp_path / "private.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
+    done = await asyncio.to_thread(_lading, "run", str(manifest), "--database-url", database_url, "--json")
+    assert done.returncode == 0, done.stderr
+    [summary] = json.loads(done.stdout)["batches"]
+    assert summary["delivered"] == 0 and summary["counts"]["SUCCEEDED"] > 0
+    errors = await db.fetch("SELECT DISTINCT state, last_error_class FROM deliveries")
+    assert [tuple(r) for r in errors] == [("FAILED_TERMINAL", "EgressRefused")]
+    assert "whsec_" not in done.stdout + done.stderr

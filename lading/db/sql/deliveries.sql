@@ -197,6 +197,13 @@ SELECT count(*)::bigint
   JOIN extraction_jobs j ON j.id = d.job_id
  WHERE j.batch_id = $1 AND d.state = 'DELIVERED';
 
+-- name: delivery_count_open_of_batches
+-- Deliveries of the batches $1 that are still due, retrying or in flight (`lading run` waits for none).
+SELECT count(*)::bigint
+  FROM deliveries d
+  JOIN extraction_jobs j ON j.id = d.job_id
+ WHERE j.batch_id = ANY($1::bigint[]) AND d.state IN ('PENDING', 'IN_FLIGHT', 'RETRY_SCHEDULED');
+
 -- name: endpoint_list_for_dispatch
 -- Every registered endpoint with its health, and the database's now.
 SELECT name, url, spec, breaker_state, breaker_failures, breaker_opens, breaker_open_until, breaker_probe_until,
