@@ -3,6 +3,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
 
     accept       10,000-document batches through `accepting.accept_batch` (the COPY path),
                  5 fresh batches, then the idempotent re-acceptance of the last one
+    accept-manifest  100,000-line JSON-lines manifests through `applying.admit_batch` (stream,
+                 validate, spool, then COPY and set-based inserts), 3 fresh batches and one
+                 re-admission (hack/bench_manifest.py)
     dispatch     20,000 jobs through ONE in-process Worker with an instant provider
                  (`NoopProvider`), under several claimer settings: the full protocol of
                  fenced claim, attempt row, group commit, result row and outbox row
@@ -57,6 +60,9 @@ from lading.ids import PoolName, TenantName  # noqa: E402
 from lading.jobs import hashing  # noqa: E402
 from lading.providers import base  # noqa: E402
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings  # noqa: E402
+
+sys.path.insert(0, str(_ROOT / "hack"))
+import bench_manifest  # noqa: E402
 
 LOCAL_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 EMBEDDED_DATA_DIR = _ROOT / embedded.STATE_DIR / "bench-pg"
@@ -886,6 +892,7 @@ async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
 Scenario = Callable[[str], Awaitable[tuple[dict[str, Any], dict[str, Any], bool]]]
 SCENARIOS: dict[str, Scenario] = {
     "accept": bench_accept,
+    "accept-manifest": bench_manifest.bench_accept_manifest,
     "dispatch": bench_dispatch,
     "concurrency": bench_concurrency,
     "fairness": bench_fairness,

@@ -19,8 +19,8 @@ A large batch gives its documents by manifest (`BatchRequest.manifest`, a manife
 read and validated into a local spool by `lading.documents.manifests.spool`, outside any
 transaction). Its acceptance is the same one transaction: the spool is COPYed into a
 transaction-local staging table, checked as a whole (unique keys), hashed in key order, and
-moved into extraction_jobs and job_documents (URI, SHA-256, size; never the text) with two
-set-based INSERTs. The batch request hash covers (key, SHA-256 of the document's bytes) exactly
+moved into extraction_jobs and job_documents (URI, SHA-256, size; never the text) with one
+set-based statement. The batch request hash covers (key, SHA-256 of the document's bytes) exactly
 like inline documents' digests, so the same documents hash the same either way, and a
 re-admission of the same manifest is idempotent like an inline one.
 """
@@ -233,7 +233,6 @@ async def _accept_manifest(
                 deadline_at=inserted["now"] + dt.timedelta(seconds=request.deadline_s),
             )
             await failpoints.ahit("accept.after_jobs_before_documents")
-            await job_documents.insert_staged_documents(conn, batch_id=batch_id)
             job_ids = tuple(JobId(r["id"]) for r in await conn.fetch(queries.sql("batch_job_ids"), batch_id))
             await conn.execute(
                 queries.sql("batch_accepted_event"),

@@ -85,16 +85,11 @@ async def insert_staged_jobs(
         max_attempts: int,
         deadline_at: dt.datetime,
 ) -> int:
-    """One job per staged line, in manifest order; returns how many were inserted."""
+    """One job per staged line, in manifest order, with its document row (by reference);
+    returns how many documents were inserted."""
     status = await conn.execute(
         queries.sql("manifest_lines_insert_jobs"),
         tenant, batch_id, hash_prefix + b'"', b'"' + hash_suffix, pool, schema, validation_policy, priority,
         max_attempts, deadline_at,
     )  # fmt: skip
-    return int(status.rsplit(" ", 1)[1])
-
-
-async def insert_staged_documents(conn: asyncpg.Connection, *, batch_id: BatchId) -> int:
-    """The document rows (URI, digest, size) of batch `batch_id`'s staged jobs."""
-    status = await conn.execute(queries.sql("manifest_lines_insert_documents"), batch_id)
     return int(status.rsplit(" ", 1)[1])

@@ -1,6 +1,6 @@
 -- manifest_lines: a transaction-local staging table for one manifest batch's acceptance.
 -- The validated manifest is COPYed in, checked as a whole, hashed in key order, then moved
--- into extraction_jobs and job_documents with two set-based INSERTs. ON COMMIT DROP: it never
+-- into extraction_jobs and job_documents with one set-based statement. ON COMMIT DROP: it never
 -- outlives the acceptance transaction; TRUNCATE lets a second manifest batch of the same
 -- transaction (lading run) reuse it.
 
@@ -30,21 +30,22 @@ HAVING count(*) > 1
 SELECT key, sha256 FROM manifest_lines ORDER BY key COLLATE "C";
 
 -- name: manifest_lines_insert_jobs
--- One job per line, in manifest order. The job request hash is the canonical JSON template of
--- lading.jobs.hashing.job_request_template with the digest spliced in: $3 is the part before
--- the digest (with its opening quote), $4 the part after. $1 tenant, $2 batch, $5 pool,
+-- One job per line, in manifest order, and its document row (URI, digest, size; never the
+-- text), in one statement: the CTE is materialised once, so each line gets one id and no join
+-- is needed to pair documents with jobs. The job request hash is the canonical JSON template
+-- of lading.jobs.hashing.job_request_template with the digest spliced in: $3 is the part
+-- before the digest (with its opening quote), $4 the part after. $1 tenant, $2 batch, $5 pool,
 -- $6 schema, $7 validation policy, $8 priority, $9 max attempts, $10 deadline.
-INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
-                             schema, validation_policy, priority, max_attempts, deadline_at)
-SELECT nextval('extraction_jobs_id_seq'), $1, $2, ordered.ordinal, ordered.key,
-       encode(sha256($3::bytea || convert_to(ordered.sha256, 'UTF8') || $4::bytea), 'hex'),
-       ordered.sha256, $5, $6, $7, $8, $9, $10
-  FROM (SELECT (row_number() OVER (ORDER BY line) - 1)::integer AS ordinal, key, sha256
-          FROM manifest_lines ORDER BY line) AS ordered;
-
--- name: manifest_lines_insert_documents
--- The document rows of batch $1's jobs: by reference, never the text.
+WITH lines AS MATERIALIZED (
+    SELECT nextval('extraction_jobs_id_seq') AS id, ordinal, key, uri, sha256, bytes
+      FROM (SELECT (row_number() OVER (ORDER BY line) - 1)::integer AS ordinal, key, uri, sha256, bytes
+              FROM manifest_lines ORDER BY line) AS ordered
+), jobs AS (
+    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
+                                 schema, validation_policy, priority, max_attempts, deadline_at)
+    SELECT id, $1, $2, ordinal, key, encode(sha256($3::bytea || convert_to(sha256, 'UTF8') || $4::bytea), 'hex'),
+           sha256, $5, $6, $7, $8, $9, $10
+      FROM lines
+)
 INSERT INTO job_documents (job_id, uri, sha256, bytes)
-SELECT j.id, m.uri, m.sha256, m.bytes
-  FROM manifest_lines m
-  JOIN extraction_jobs j ON j.batch_id = $1 AND j.document_key = m.key;
+SELECT id, uri, sha256, bytes FROM lines;
