@@ -158,6 +158,33 @@ class OperatorConfig:
     keda_prometheus_url: str | None = None
     """Prometheus that scrapes the vLLM pods, for KEDA's headroom trigger. None: no headroom trigger."""
 
+    def __post_init__(self) -> None:
+        """Refuse a configuration that would render objects the API server rejects, naming the setting."""
+        if not self.worker_command:
+            raise ValueError("worker_command must not be empty")
+        if not re.fullmatch(specs.IMAGE_PATTERN, self.worker_image) or len(self.worker_image) > 512:
+            raise ValueError(f"worker_image {self.worker_image!r} is not an image reference")
+        if not 1 <= self.worker_http_port <= 65535:
+            raise ValueError(f"worker_http_port {self.worker_http_port} is not a TCP port")
+        if not 0 <= self.worker_grace_s <= 3600:
+            raise ValueError(f"worker_grace_s {self.worker_grace_s} must be between 0 and 3600")
+        for key, value in self.labels.items():
+            if not re.fullmatch(specs.LABEL_KEY_PATTERN, key) or not re.fullmatch(specs.LABEL_VALUE_PATTERN, value):
+                raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
+        for item in self.endpoint_secrets:
+            if not re.fullmatch(specs.POOL_KEY_PATTERN, item.endpoint):
+                raise ValueError(f"endpoint secret for {item.endpoint!r}: the endpoint must be 'namespace/name'")
+            if not re.fullmatch(specs.DNS_SUBDOMAIN_PATTERN, item.secret_name):
+                raise ValueError(f"endpoint secret name {item.secret_name!r} is not a Secret name")
+            if not re.fullmatch(specs.SECRET_KEY_PATTERN, item.key):
+                raise ValueError(f"endpoint secret key {item.key!r} is not a Secret key")
+        refs = [self.database_secret, self.amqp_url_secret, self.keda_database_secret]
+        for ref in (r for r in refs if r is not None):
+            if not re.fullmatch(specs.DNS_SUBDOMAIN_PATTERN, ref.name) or not re.fullmatch(
+                specs.SECRET_KEY_PATTERN, ref.key
+            ):
+                raise ValueError(f"Secret reference {ref.name}/{ref.key} is not a Secret name and key")
+
 
 # --- Names and labels.
 

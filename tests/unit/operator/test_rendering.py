@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -585,3 +586,21 @@ def test_numbers_read_back_as_other_number_types_are_not_drift() -> None:
     assert rendering.drift({"spec": {"a": 1, "b": [{"c": 2.0}]}}, {"spec": {"a": 1.0, "b": [{"c": 2}]}}) is None
     assert rendering.drift({"spec": {"a": True}}, {"spec": {"a": 1}}) == {"spec": {"a": True}}
     assert rendering.drift({"spec": {"a": "1"}}, {"spec": {"a": 1}}) == {"spec": {"a": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"worker_image": "not an image"}, "worker_image 'not an image' is not an image reference"),
+        ({"worker_command": ()}, "worker_command must not be empty"),
+        ({"worker_http_port": 0}, "worker_http_port 0 is not a TCP port"),
+        ({"worker_grace_s": -1}, "worker_grace_s -1 must be between 0 and 3600"),
+        ({"labels": {"team": "a b"}}, "label team='a b' is not a valid Kubernetes label"),
+        ({"endpoint_secrets": (rendering.EndpointSecret("erp", "s", "k"),)}, "must be 'namespace/name'"),
+        ({"endpoint_secrets": (rendering.EndpointSecret("a/erp", "S_1", "k"),)}, "'S_1' is not a Secret name"),
+        ({"database_secret": rendering.SecretKeySelector("db", "u rl")}, "db/u rl is not a Secret name and key"),
+    ],
+)
+def test_bad_operator_configuration_is_refused_by_name(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rendering.OperatorConfig(**changes)
