@@ -10,6 +10,7 @@ The core never imports a component (`lading_worker`, `lading_operator`,
     providers/   the model provider seam and the built-in offline extractor
     validation/  checks that decide SUCCEEDED vs REVIEW_REQUIRED
     samples/     the synthetic OCR invoice generator with ground truth
+    documents/   manifests of large batches (streaming, validation) and fetching documents by URI
     accepting    durable acceptance of a batch in one transaction
 """
 

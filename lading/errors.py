@@ -3,7 +3,9 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
 
     LadingError
     ├── TemporaryError              retry later: the work is fine, the world is not
-    │   └── AcceptanceInProgress    the same acceptance is being committed by someone else (HTTP 409)
+    │   ├── AcceptanceInProgress    the same acceptance is being committed by someone else (HTTP 409)
+    │   ├── documents.manifests.ManifestUnavailable   a batch's manifest cannot be read now
+    │   └── documents.fetching.DocumentUnavailable    a document cannot be read now (transient)
     └── PermanentError              never retry as is
         ├── ManifestError           a YAML manifest is invalid; names the file, document and field
         ├── IdempotencyConflict     same idempotency key, different canonical request (HTTP 422)
@@ -11,6 +13,9 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── MigrationError          the database schema is ahead of or diverges from this code
         ├── UnknownPolicy           a validation policy name this code does not know
         ├── applying.AdmissionRejected   a batch was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
+        │   └── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
+        ├── documents.manifests.ManifestInvalid   a manifest line is invalid (names the line and field)
+        ├── documents.fetching.DocumentNotFound, DocumentRefused, DigestMismatch, DocumentNotText
         └── reviewing.JobNotFound, NotAwaitingReview, ReviewInputInvalid (CorrectionInvalid)
 
 Errors that belong to one module's contract are defined there, under these roots.

@@ -440,7 +440,7 @@ async def test_an_unreachable_document_host_exhausts_its_retries(
         await waiting.until(lambda: settled(db, 1), timeout_s=30)
     row = await db.fetchrow("SELECT state, attempt, last_error_class, last_error FROM extraction_jobs")
     assert row is not None and row["state"] == "FAILED_TERMINAL" and row["attempt"] == 5
-    assert "DOCUMENT_UNAVAILABLE" in row["last_error"]
+    assert row["last_error_class"] == "ATTEMPTS_EXHAUSTED" and "DOCUMENT_UNAVAILABLE" in row["last_error"]
     assert await db.fetchval("SELECT count(*) FROM job_attempts WHERE error_class = 'DOCUMENT_UNAVAILABLE'") >= 4
 
 
