@@ -233,7 +233,7 @@ async def _accept_manifest(
                 deadline_at=inserted["now"] + dt.timedelta(seconds=request.deadline_s),
             )
             await failpoints.ahit("accept.after_jobs_before_documents")
-            job_ids = tuple(JobId(r["id"]) for r in await conn.fetch(queries.sql("batch_job_ids"), batch_id))
+            job_ids = await _job_ids(conn, batch_id)
             await conn.execute(
                 queries.sql("batch_accepted_event"),
                 batch_id,
@@ -261,8 +261,14 @@ async def _existing(conn: asyncpg.Connection, request: BatchRequest, batch_hash:
         raise errors.IdempotencyConflict(
             key=request.idempotency_key, stored_hash=row["request_hash"], new_hash=batch_hash
         )
-    ids = await conn.fetch(queries.sql("batch_job_ids"), row["id"])
-    return AcceptResult(batch_id=BatchId(row["id"]), job_ids=tuple(JobId(r["id"]) for r in ids), created=False)
+    batch_id = BatchId(row["id"])
+    return AcceptResult(batch_id=batch_id, job_ids=await _job_ids(conn, batch_id), created=False)
+
+
+async def _job_ids(conn: asyncpg.Connection, batch_id: BatchId) -> tuple[JobId, ...]:
+    """All of a batch's job ids, in batch order, fetched as one array (about 40 bytes per job)."""
+    ids: list[int] = await conn.fetchval(queries.sql("batch_job_id_array"), batch_id)
+    return tuple(JobId(i) for i in ids)
 
 
 async def _copy_jobs(

@@ -53,3 +53,8 @@ WITH event AS (
     VALUES (gen_random_uuid(), 'batch', $1, 'batch.accepted.v1', $2)
 )
 SELECT pg_notify('lading_jobs', $3);
+
+-- name: batch_job_id_array
+-- The batch's job ids in batch order as ONE int8[] value: a million ids decode to a list of
+-- ints without a Record per row.
+SELECT coalesce(array_agg(id ORDER BY ordinal), '{}') AS ids FROM extraction_jobs WHERE batch_id = $1;
