@@ -31,7 +31,7 @@ import os
 import pathlib
 import stat
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import ClassVar
 
 import aiohttp
@@ -101,9 +101,23 @@ def redact(uri: str) -> str:
     return shown if len(shown) <= 200 else shown[:199] + "…"
 
 
+ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
+"""Directories file:// manifests and documents may be read from, ':'-separated."""
+
+
 def roots_from_env(value: str | None) -> tuple[str, ...]:
     """$LADING_DOCUMENT_ROOTS: directories separated by ':' (empty entries ignored)."""
     return tuple(part for part in (value or "").split(os.pathsep) if part)
+
+
+def settings_from_env(environ: Mapping[str, str], *, roots: Sequence[str] = ()) -> DocumentSettings:
+    """DocumentSettings for a process: `roots` (flags) or $LADING_DOCUMENT_ROOTS, and the egress
+    allow-list of $LADING_EGRESS_ALLOW. ValueError names a malformed CIDR."""
+    allow = egress.parse_cidrs([environ.get(egress.ENV_VAR, "")])
+    return DocumentSettings(
+        roots=tuple(roots) or roots_from_env(environ.get(ROOTS_ENV)),
+        egress_allow=tuple(str(network) for network in allow),
+    )
 
 
 def confined_path(uri: str, *, roots: Sequence[str]) -> pathlib.Path:

@@ -115,3 +115,13 @@ def test_messages_show_uris_without_credentials_or_query() -> None:
 def test_roots_from_the_environment() -> None:
     assert fetching.roots_from_env("/data:/mnt/docs::") == ("/data", "/mnt/docs")
     assert fetching.roots_from_env(None) == ()
+
+
+def test_settings_from_the_environment_take_flags_first() -> None:
+    env = {"LADING_DOCUMENT_ROOTS": "/data:/mnt/docs", "LADING_EGRESS_ALLOW": "10.20.0.0/16, 127.0.0.1"}
+    settings = fetching.settings_from_env(env)
+    assert settings.roots == ("/data", "/mnt/docs")
+    assert settings.egress_allow == ("10.20.0.0/16", "127.0.0.1/32")
+    assert fetching.settings_from_env(env, roots=["/srv"]).roots == ("/srv",)
+    with pytest.raises(ValueError, match="not a CIDR"):
+        fetching.settings_from_env({"LADING_EGRESS_ALLOW": "intranet"})
