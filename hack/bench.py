@@ -13,6 +13,11 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  how close to the ideal 500 jobs/s one worker gets, and at what memory
     fairness     tenant B's 20 jobs behind tenant A's 10,000 vs alone, Jain's index of equal
                  tenants' throughput, claim latency at 1,000,000 waiting jobs vs 1,000
+    operator     100 ExtractionBatches of 1,000 documents created at once against the Kubernetes
+                 emulator with the real operator: time until all are admitted, and API
+                 requests per batch per minute at steady state (hack/bench_operator.py)
+    delivery     signed deliveries/s from one dispatcher to one reference receiver (a separate
+                 process committing each delivery durably) (hack/bench_delivery.py)
 
 This is not a test: nothing here asserts, it measures and compares with the targets, and
 `docs/benchmarks.md` says how to read the numbers. Each scenario runs in its own child
@@ -62,6 +67,8 @@ from lading.providers import base  # noqa: E402
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings  # noqa: E402
 
 sys.path.insert(0, str(_ROOT / "hack"))
+import bench_delivery  # noqa: E402
+import bench_limiter  # noqa: E402
 import bench_manifest  # noqa: E402
 
 LOCAL_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -898,6 +905,8 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": bench_fairness,
 }
 
+    "operator": bench_operator.bench_operator,
+    "delivery": bench_delivery.bench_delivery,
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -183,6 +183,10 @@ class DeliverySettings:
     concurrency: int = 64
     """Deliveries claimed and in flight at once per dispatcher. Requests are coroutines; the
     budget is the receivers' patience, not ours."""
+    lanes: int = 2
+    """Claim/send/record loops sharing `concurrency`: while one lane records its round's outcomes
+    and claims again, the others' requests are in flight, so the receiver is never left idle
+    between rounds. One lane is strictly round by round."""
     poll_interval_s: float = 0.5
     """Sleep between polls that found nothing due: the delay of a new delivery at worst."""
     connect_timeout_s: float = 5.0

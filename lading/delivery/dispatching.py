@@ -289,8 +289,8 @@ class Dispatcher:
 
     # One round -------------------------------------------------------------------------------
 
-    async def run_once(self) -> DispatchResult:
-        """Claim what is due (up to `concurrency`), send it all, record the outcomes. Returns counts."""
+    async def run_once(self, *, limit: int | None = None) -> DispatchResult:
+        """Claim what is due (up to `limit`, default `concurrency`), send it all, record the outcomes."""
         s = self.settings
         async with self.db.acquire() as conn:
             endpoints = await deliveries.endpoints_for_dispatch(conn)
@@ -315,7 +315,7 @@ class Dispatcher:
                 ):
                     probes.append(endpoint.name)
             claimed = await deliveries.claim(
-                conn, endpoints=normal, owner=self.owner, limit=s.concurrency, lease_ttl_s=s.lease_ttl_s
+                conn, endpoints=normal, owner=self.owner, limit=limit or s.concurrency, lease_ttl_s=s.lease_ttl_s
             )
             for name in probes:
                 claimed += await deliveries.claim(
@@ -554,31 +554,45 @@ class Dispatcher:
                 logger.warning("%d deliveries to %s wait for a signing secret", waiting, name)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        s = self.settings
+        """Run `lanes` claim/send/record loops until `stop`; the first lane also reaps and refreshes
+        the health gauges. A lane that fails stops the others and the error propagates."""
+        lanes = max(1, self.settings.lanes)
+        tasks = [asyncio.create_task(self._lane(stop, index=i, lanes=lanes), name=f"delivery lane {i}")
+                 for i in range(lanes)]  # fmt: skip
         try:
-            while not stop.is_set():
-                now = time.monotonic()
-                try:
-                    if now - self._last_reap >= s.reap_interval_s:
-                        self._last_reap = now
-                        await self.reap_once()
-                    if now - self._last_health >= s.health_interval_s:
-                        self._last_health = now
-                        await self.refresh_health()
-                    result = await self.run_once()
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    logger.warning("Delivery dispatcher: database unavailable (%s); retrying", type(exc).__name__)
-                    result = DispatchResult()
-                if result.claimed:
-                    if result.failed or result.unknown or result.stale:
-                        logger.info("Delivery round: %s", result)
-                    continue
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=s.poll_interval_s)
-                except TimeoutError:
-                    pass
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.close()
+
+    async def _lane(self, stop: asyncio.Event, *, index: int, lanes: int) -> None:
+        s = self.settings
+        limit = max(1, s.concurrency // lanes)
+        while not stop.is_set():
+            now = time.monotonic()
+            try:
+                if index == 0 and now - self._last_reap >= s.reap_interval_s:
+                    self._last_reap = now
+                    await self.reap_once()
+                if index == 0 and now - self._last_health >= s.health_interval_s:
+                    self._last_health = now
+                    await self.refresh_health()
+                result = await self.run_once(limit=limit)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("Delivery dispatcher: database unavailable (%s); retrying", type(exc).__name__)
+                result = DispatchResult()
+            if result.claimed:
+                if result.failed or result.unknown or result.stale:
+                    logger.info("Delivery round: %s", result)
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=s.poll_interval_s)
+            except TimeoutError:
+                pass
 
 
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bool:

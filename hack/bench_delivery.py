@@ -1,0 +1,171 @@
+"""
+The `delivery` benchmark (run through hack/bench.py): signed deliveries per second from ONE
+dispatcher to ONE reference receiver (`lading receiver`, a separate process) that commits each
+delivery durably (inbox row + ledger row, synchronous_commit on) before answering 2xx.
+
+    setup     N jobs accepted and succeeded with real invoice.v1 results (the trigger writes
+              their N PENDING deliveries), an endpoint registered at the receiver
+    measure   one in-process Dispatcher (its claim/sign/post/record loop, fenced and leased)
+              until all N are DELIVERED; for several dispatcher concurrencies
+
+Reports deliveries/s end to end (first claim to last DELIVERED commit), the receiver's accepted/s
+(its inbox rows over the span of their receipt times), and CPU seconds of the dispatcher
+process. Target: >= 500 deliveries/s end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+
+from lading import accepting
+from lading.db import jobs, registry
+from lading.db import pool as dbpool
+from lading.delivery import dispatching, egress
+from lading.delivery import secrets as delivery_secrets
+from lading.ids import PoolName, TenantName, WorkerId
+from lading.jobs import transitions
+from lading.samples import generator
+from lading.settings import DeliverySettings
+
+TENANT = TenantName("bench")
+POOL = PoolName("lading-system/bench")
+ENDPOINT = "bench/erp"
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+DELIVERIES = int(os.environ.get("LADING_BENCH_DELIVERIES", "5000"))
+RUNS = ((32, 1), (32, 2), (64, 1), (64, 2))
+"""(concurrency, lanes) of the dispatcher runs."""
+RECEIVER_POOL = int(os.environ.get("LADING_BENCH_RECEIVER_POOL", "16"))
+TARGET_PER_S = 500.0
+WORKER = WorkerId("bench")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def _prepare(conn: asyncpg.Connection, name: str, receiver_url: str) -> None:
+    """N succeeded jobs of a fresh batch (so N PENDING deliveries) with real invoices as results."""
+    await conn.execute("TRUNCATE deliveries, delivery_attempts")
+    await registry.upsert_endpoint(
+        conn, name=ENDPOINT, url=receiver_url,
+        spec={"url": receiver_url, "secretRef": {"name": "s", "key": "secret"}},
+    )  # fmt: skip
+    await conn.execute("UPDATE endpoints SET breaker_state = 'closed', breaker_failures = 0")
+    samples = [s for s in generator.generate(DELIVERIES * 2, seed=5) if s.truth is not None][:DELIVERIES]
+    request = accepting.BatchRequest(
+        tenant=TENANT, namespace=str(TENANT), name=name, uid="uid-" + name, schema="invoice.v1", pool=POOL,
+        model_policy={"pool": POOL}, validation_policy="invoice-strict-v1", priority="normal", deadline_s=86400,
+        documents=[accepting.DocumentInput(key=f"doc-{i:06d}", text=s.text) for i, s in enumerate(samples)],
+        endpoint=ENDPOINT,
+    )  # fmt: skip
+    await accepting.accept_batch(conn, request)
+    truth = {f"doc-{i:06d}": s.truth for i, s in enumerate(samples)}
+    while True:
+        claimed = await jobs.claim_batch(conn, pool=POOL, worker_id=WORKER, limit=1000, lease_ttl_s=600)
+        if not claimed:
+            break
+        finishes = [
+            transitions.succeed(c.id, c.fence, result=truth[c.document_key] or {},
+                                validation={"passed": True, "failed_checks": []})
+            for c in claimed
+        ]  # fmt: skip
+        await jobs.finish_many(conn, finishes, worker_id=WORKER)
+
+
+@contextlib.asynccontextmanager
+async def _receiver(url: str) -> AsyncIterator[str]:
+    """`lading receiver` in its own process on a free port; yields the webhook URL."""
+    root = ROOT
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, p) for p in ("", "worker", "cli", "webhook_receiver"))
+    env["LADING_RECEIVER_SECRETS"] = SECRET
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", "receiver",
+        "--port", "0", "--database-url", url, "--pool-size", str(RECEIVER_POOL),
+        env=env, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        found = re.search(r"listening on (\S+)", line)
+        if not found:
+            raise RuntimeError(f"the receiver did not start: {line!r}")
+        yield found.group(1)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+
+async def _run(pool: asyncpg.Pool, conn: asyncpg.Connection, concurrency: int, lanes: int) -> dict[str, Any]:
+    settings = DeliverySettings(concurrency=concurrency, lanes=lanes, poll_interval_s=0.02)
+    dispatcher = dispatching.Dispatcher(
+        pool, secrets=delivery_secrets.StaticSecrets({ENDPOINT: [SECRET]}),
+        policy=egress.EgressPolicy(endpoint_allow={ENDPOINT: egress.parse_cidrs(["127.0.0.0/8"])}),
+        settings=settings, owner=f"bench-{concurrency}",
+    )  # fmt: skip
+    inbox_before = int(await conn.fetchval("SELECT count(*) FROM erp_inbox"))
+    cpu0, started = time.process_time(), time.monotonic()
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run_forever(stop))
+    try:
+        while not task.done():
+            done = await conn.fetchval("SELECT count(*) FROM deliveries WHERE state = 'DELIVERED'")
+            if done >= DELIVERIES:
+                break
+            await asyncio.sleep(0.02)
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        await task
+    cpu = time.process_time() - cpu0
+    delivered = int(await conn.fetchval("SELECT count(*) FROM deliveries WHERE state = 'DELIVERED'"))
+    states = {r["state"]: r["n"] for r in await conn.fetch("SELECT state, count(*) AS n FROM deliveries GROUP BY 1")}
+    span = await conn.fetchrow(
+        "SELECT count(*) AS n, extract(epoch FROM max(received_at) - min(received_at)) AS s FROM erp_inbox "
+        "WHERE status = 'accepted'"
+    )
+    accepted = int(span["n"]) - inbox_before
+    return {
+        "concurrency": concurrency,
+        "lanes": lanes,
+        "deliveries": DELIVERIES,
+        "seconds": round(elapsed, 2),
+        "deliveries_per_s": round(delivered / elapsed, 1),
+        "states": states,
+        "receiver_accepted": accepted,
+        "receiver_accepted_per_s": round(accepted / float(span["s"]), 1) if span["s"] else None,
+        "dispatcher_cpu_s": round(cpu, 2),
+    }
+
+
+async def bench_delivery(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    conn = await dbpool.connect(url)
+    pool = await dbpool.create_pool(url, min_size=2, max_size=4)
+    runs: list[dict[str, Any]] = []
+    try:
+        async with _receiver(url) as receiver_url:
+            for i, (concurrency, lanes) in enumerate(RUNS):
+                await conn.execute("TRUNCATE erp_inbox, ledger_invoices")
+                await _prepare(conn, f"delivery-{i}", receiver_url)
+                runs.append(await _run(pool, conn, concurrency, lanes))
+                print(f"bench: delivery {runs[-1]}", file=sys.stderr, flush=True)
+    finally:
+        await pool.close()
+        await conn.close()
+    best = max(runs, key=lambda r: r["deliveries_per_s"])
+    complete = all(r["states"] == {"DELIVERED": DELIVERIES} for r in runs)
+    results = {
+        "receiver": f"lading receiver (separate process, ledger adapter, pool {RECEIVER_POOL}), durable commits",
+        "runs": runs,
+        "deliveries_per_s_best": best["deliveries_per_s"],
+        "every_run_complete": complete,
+    }
+    targets = {"deliveries_per_s_min": TARGET_PER_S}
+    return results, targets, complete and best["deliveries_per_s"] >= TARGET_PER_S
