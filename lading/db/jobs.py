@@ -77,7 +77,8 @@ async def allocate_ids(conn: asyncpg.Connection, *, count: int) -> list[JobId]:
 
 CLAIM_AGING_S = 300.0
 """Priority aging step: a job ranks as if it were one class higher per this many seconds of
-waiting (a `low` job due for 10 minutes ranks with a `high` one due now). See docs/fairness.md."""
+waiting (a `low` job due for 10 minutes ranks with a `high` one due now). It is built into the
+claim index (`lading_claim_rank`, migration 0010); this constant states it for Python."""
 
 
 async def claim_batch(
@@ -87,29 +88,10 @@ async def claim_batch(
         worker_id: WorkerId,
         limit: int,
         lease_ttl_s: float,
-        aging_s: float = CLAIM_AGING_S,
 ) -> list[ClaimedJob]:
-    """Take up to `limit` eligible jobs of `pool`, shared fairly among its tenants.
-
-    One short transaction of two statements: the plan (which tenants, how many each; their
-    rows locked) and the claim itself, whose fresh snapshot sees every claim committed before
-    the plan's locks. Runs as a savepoint when the caller already holds a transaction.
-    """
-    async with conn.transaction():
-        plan = await conn.fetch(queries.sql("job_claim_plan"), pool, limit)
-        if not plan:
-            return []
-        rows = await conn.fetch(
-            queries.sql("job_claim_batch"),
-            pool,
-            worker_id,
-            lease_ttl_s,
-            aging_s,
-            [p["tenant"] for p in plan],
-            [p["take"] for p in plan],
-            [p["vtime"] for p in plan],
-            [p["weight"] for p in plan],
-        )
+    """Take up to `limit` eligible jobs of `pool` in one statement, shared fairly among its
+    tenants (weights, in-flight caps, daily token budgets; docs/fairness.md), SKIP LOCKED."""
+    rows = await conn.fetch(queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s)
     return [
         ClaimedJob(
             id=JobId(r["id"]),

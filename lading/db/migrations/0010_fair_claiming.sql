@@ -19,8 +19,19 @@ ALTER TABLE tenants ADD COLUMN daily_token_budget bigint
 -- no claim ever reads them. lading.db.batches.set_suspended flips batch and jobs together.
 ALTER TABLE extraction_jobs ADD COLUMN suspended boolean NOT NULL DEFAULT false;
 
--- The claim's path to a tenant's next jobs: per priority class, oldest due first.
-CREATE INDEX extraction_jobs_fair_claimable ON extraction_jobs (pool, tenant, priority, available_at, id)
+-- Priority classes age: a job ranks by when it became due plus 300 s per class (high 0,
+-- normal 1, low 2), so a low job due 10 minutes ago ranks with a high job due now and a
+-- constant stream of high work cannot starve it. (lading.db.jobs.CLAIM_AGING_S says the same.)
+-- Declared IMMUTABLE for the index: timestamptz + interval is only STABLE because adding days
+-- or months depends on the time zone; adding a whole number of seconds does not.
+CREATE FUNCTION lading_claim_rank(available_at timestamptz, priority smallint) RETURNS timestamptz
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT available_at + make_interval(secs => 300 * priority)
+$$;
+
+-- The claim's path to a tenant's next jobs, best rank first.
+CREATE INDEX extraction_jobs_fair_claimable
+    ON extraction_jobs (pool, tenant, lading_claim_rank(available_at, priority), id)
     WHERE state IN ('READY', 'RETRY_SCHEDULED') AND NOT suspended;
 -- The in-flight count of a tenant, across pools: its RUNNING jobs.
 CREATE INDEX extraction_jobs_running_by_tenant ON extraction_jobs (tenant) WHERE state = 'RUNNING';

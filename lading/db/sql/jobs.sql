@@ -7,62 +7,48 @@
 -- name: job_allocate_ids
 SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);
 
--- name: job_claim_plan
--- The first statement of a claim transaction: which tenants of pool $1 get how many of up to
--- $2 jobs (weighted fair share, in-flight caps, daily token budgets, paused pool), with the
--- tenants' rows locked until commit. lading_claim_plan (migration 0010) says how.
-SELECT tenant, take, vtime, weight FROM lading_claim_plan($1, $2);
-
 -- name: job_claim_batch
--- The second statement of a claim transaction: READY | RETRY_SCHEDULED -> RUNNING for the
--- plan's jobs (tenants $5, counts $6, from virtual times $7 with weights $8) of pool $1. A new
--- statement, so its snapshot sees every claim committed before the plan took its locks.
--- Within a tenant, priority classes age: a job ranks by available_at + class * $4 seconds
--- (high 0, normal 1, low 2), so a low job waiting 2 * $4 s ranks with a high one due now. Each
--- class is read from its own range of extraction_jobs_fair_claimable: at most `take` index
--- entries per class, whatever the backlog. Then: take ownership (attempt+1, fence+1, lease),
--- open the attempt row, charge each tenant's virtual time for what it got, and return what
--- the executor needs. $2 worker id, $3 lease TTL (s).
+-- READY | RETRY_SCHEDULED -> RUNNING for up to $2 jobs of pool $1, shared fairly among its
+-- tenants; $3 worker id, $4 lease TTL (s). One statement:
+--  * plan: lading_claim_plan (migration 0010, docs/fairness.md) says which tenants get how
+--    many (weighted virtual time, in-flight caps, daily token budgets, paused pool) and locks
+--    those tenants until commit. It reads under its locks with fresh snapshots, so caps and
+--    virtual times are exact across replicas;
+--  * pick: each tenant's next jobs by aged priority (lading_claim_rank: due time + 300 s per
+--    class) from extraction_jobs_fair_claimable, `take` index entries per tenant whatever the
+--    backlog, SKIP LOCKED. (A job claimed by a concurrent claim since this statement began fails
+--    the recheck of the lock and the scan moves on, so the plan's count is still met);
+--  * take ownership (attempt+1, fence+1, lease), open the attempt row, charge each tenant's
+--    virtual time for what it got, and return what the executor needs.
 WITH plan AS (
-    SELECT * FROM unnest($5::text[], $6::int[], $7::float8[], $8::int[]) AS p(tenant, take, vtime, weight)
-), heads AS (
-    SELECT p.tenant, h.id, h.available_at + make_interval(secs => h.priority * $4) AS rank
+    SELECT * FROM lading_claim_plan($1, $2)
+), picked AS (
+    SELECT h.id
       FROM plan p
-     CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) AS cls(priority)
      CROSS JOIN LATERAL (
-           SELECT j.id, j.priority, j.available_at
+           SELECT j.id
              FROM extraction_jobs j
-            WHERE j.pool = $1 AND j.tenant = p.tenant AND j.priority = cls.priority
+            WHERE j.pool = $1 AND j.tenant = p.tenant
               AND j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
               AND j.available_at <= clock_timestamp()
               AND j.deadline_at > clock_timestamp()
               AND j.attempt < j.max_attempts
-            ORDER BY j.available_at, j.id
+            ORDER BY lading_claim_rank(j.available_at, j.priority), j.id
             LIMIT p.take
+              FOR UPDATE SKIP LOCKED
            ) h
-), ranked AS (
-    SELECT r.id
-      FROM (SELECT h.tenant, h.id, row_number() OVER (PARTITION BY h.tenant ORDER BY h.rank, h.id) AS n
-              FROM heads h) r
-      JOIN plan p ON p.tenant = r.tenant
-     WHERE r.n <= p.take
-), picked AS (
-    SELECT j.id
-      FROM extraction_jobs j
-     WHERE j.id IN (SELECT id FROM ranked)
-       AND j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
-       FOR UPDATE SKIP LOCKED
+     LIMIT $2  -- tells the planner how few rows follow (and so to join the documents by index)
 ), claimed AS (
     UPDATE extraction_jobs j
-       SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, worker_id = $2,
-           lease_until = clock_timestamp() + make_interval(secs => $3), updated_at = clock_timestamp()
+       SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, worker_id = $3,
+           lease_until = clock_timestamp() + make_interval(secs => $4), updated_at = clock_timestamp()
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.id, j.tenant, j.batch_id, j.document_key, j.attempt, j.max_attempts, j.fence,
               j.lease_until, j.deadline_at, j.schema, j.validation_policy, j.pool
 ), opened AS (
     INSERT INTO job_attempts (job_id, fence, attempt, worker_id, started_at)
-    SELECT id, fence, attempt, $2, clock_timestamp() FROM claimed
+    SELECT id, fence, attempt, $3, clock_timestamp() FROM claimed
 ), charged AS (
     UPDATE tenant_queues q
        SET vtime = p.vtime + g.n::float8 / p.weight, served = q.served + g.n, served_at = clock_timestamp()

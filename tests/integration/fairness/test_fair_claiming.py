@@ -132,46 +132,59 @@ async def test_a_tenant_at_its_in_flight_cap_gets_no_more_while_others_proceed(
     assert collections.Counter(j.tenant for j in again)["capped"] == 1
 
 
-async def _claim_and_finish(conn: asyncpg.Connection, *, limit: int, aging_s: float) -> list[jobs.ClaimedJob]:
-    claimed = await jobs.claim_batch(conn, pool=POOL, worker_id=WORKER, limit=limit, lease_ttl_s=60, aging_s=aging_s)
+async def _claim_and_finish(conn: asyncpg.Connection, *, limit: int) -> list[jobs.ClaimedJob]:
+    claimed = await jobs.claim_batch(conn, pool=POOL, worker_id=WORKER, limit=limit, lease_ttl_s=60)
     await jobs.finish_many(conn, [_done(j) for j in claimed], worker_id=WORKER)
     return claimed
 
 
+async def _low_jobs_claimed_under_high_load(conn: asyncpg.Connection, *, low_waited_s: int) -> int:
+    """5 low jobs that have waited `low_waited_s`, and a constant high-priority load: every round
+    3 new high jobs arrive and 2 jobs are claimed, so high work never runs out."""
+    await factories.seed(conn)
+    low = await _enqueue(conn, factories.TENANT, 5, name="low", priority="low")
+    await _enqueue(conn, factories.TENANT, 20, name="high-seed", priority="high")
+    # Fast-forward: the database clock decides, so move the jobs' due time, not the clock.
+    await conn.execute(
+        "UPDATE extraction_jobs SET available_at = available_at - make_interval(secs => $2) WHERE batch_id = $1",
+        low.batch_id, low_waited_s,
+    )
+    low_claimed = 0
+    for r in range(40):
+        await _enqueue(conn, factories.TENANT, 3, name=f"high-{r}", priority="high")
+        claimed = await _claim_and_finish(conn, limit=2)
+        low_claimed += sum(1 for j in claimed if j.batch_id == low.batch_id)
+    # The high load never ran dry: whatever low jobs got, they did not get it from idle capacity.
+    assert await conn.fetchval("SELECT count(*) FROM extraction_jobs WHERE priority = 0 AND state = 'READY'") > 20
+    return low_claimed
+
+
 async def test_low_priority_jobs_keep_progressing_under_a_constant_high_priority_load(db: asyncpg.Connection) -> None:
-    await factories.seed(db)
-    low = await _enqueue(db, factories.TENANT, 5, name="low", priority="low")
-    await _enqueue(db, factories.TENANT, 20, name="high-seed", priority="high")
-    # The low jobs have waited long enough to rank with a high job due now (two aging steps).
-    await db.execute(
-        "UPDATE extraction_jobs SET available_at = available_at - interval '10 seconds' WHERE batch_id = $1",
-        low.batch_id,
-    )
-    low_claimed = 0
-    for r in range(40):
-        await _enqueue(db, factories.TENANT, 3, name=f"high-{r}", priority="high")
-        claimed = await _claim_and_finish(db, limit=2, aging_s=4.0)
-        low_claimed += sum(1 for j in claimed if j.batch_id == low.batch_id)
-    assert low_claimed == 5
-    # The high load never ran dry: the low jobs were not served from idle capacity.
-    assert await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE priority = 0 AND state = 'READY'") > 20
+    # Two aging steps and a minute: the low jobs now rank ahead of high jobs that just arrived.
+    assert await _low_jobs_claimed_under_high_load(db, low_waited_s=2 * int(jobs.CLAIM_AGING_S) + 60) == 5
 
 
-async def test_without_aging_a_constant_high_priority_load_starves_low_jobs(db: asyncpg.Connection) -> None:
-    """The control for the test above: the same load with an aging step too long to matter."""
+async def test_low_priority_jobs_that_have_not_aged_enough_wait_for_high_ones(db: asyncpg.Connection) -> None:
+    """The control for the test above: one aging step is not enough to pass `high` work."""
+    assert await _low_jobs_claimed_under_high_load(db, low_waited_s=int(jobs.CLAIM_AGING_S)) == 0
+
+
+async def test_the_aging_step_in_the_claim_index_is_the_documented_one(db: asyncpg.Connection) -> None:
+    step = await db.fetchval("SELECT lading_claim_rank(now(), 1::smallint) - now()")
+    assert step.total_seconds() == jobs.CLAIM_AGING_S
+
+
+async def test_within_a_tenant_priority_goes_first_then_age(db: asyncpg.Connection) -> None:
     await factories.seed(db)
-    low = await _enqueue(db, factories.TENANT, 5, name="low", priority="low")
-    await _enqueue(db, factories.TENANT, 20, name="high-seed", priority="high")
-    await db.execute(
-        "UPDATE extraction_jobs SET available_at = available_at - interval '10 seconds' WHERE batch_id = $1",
-        low.batch_id,
-    )
-    low_claimed = 0
-    for r in range(40):
-        await _enqueue(db, factories.TENANT, 3, name=f"high-{r}", priority="high")
-        claimed = await _claim_and_finish(db, limit=2, aging_s=3600.0)
-        low_claimed += sum(1 for j in claimed if j.batch_id == low.batch_id)
-    assert low_claimed == 0
+    normal = await _enqueue(db, factories.TENANT, 2, name="normal", priority="normal")
+    low = await _enqueue(db, factories.TENANT, 2, name="low", priority="low")
+    high = await _enqueue(db, factories.TENANT, 2, name="high", priority="high")
+    rounds = [
+        {j.batch_id for j in await jobs.claim_batch(db, pool=POOL, worker_id=WORKER, limit=2, lease_ttl_s=60)}
+        for _ in range(3)
+    ]
+    # Accepted last, the high jobs go first; the low ones, accepted before them, go last.
+    assert rounds == [{high.batch_id}, {normal.batch_id}, {low.batch_id}]
 
 
 async def test_a_spent_daily_token_budget_stops_claims_without_failing_jobs_until_raised_or_reset(
@@ -237,11 +250,11 @@ async def test_a_tenant_back_from_idle_banks_no_credit(db: asyncpg.Connection) -
     await _seed(db, {"busy": 1, "returning": 1})
     await _enqueue(db, "busy", 300)
     for _ in range(20):
-        await _claim_and_finish(db, limit=10, aging_s=jobs.CLAIM_AGING_S)
+        await _claim_and_finish(db, limit=10)
     await _enqueue(db, "returning", 300)
     got: collections.Counter[str] = collections.Counter()
     for _ in range(10):
-        got.update(j.tenant for j in await _claim_and_finish(db, limit=10, aging_s=jobs.CLAIM_AGING_S))
+        got.update(j.tenant for j in await _claim_and_finish(db, limit=10))
     # Without the lift, "returning" would take every one of these 100 claims (200 behind).
     assert got["busy"] >= 35, got
 
