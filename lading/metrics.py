@@ -42,6 +42,19 @@ COMMIT_BATCH = prom.Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250),
 )
 
+# Documents given by manifest (lading/documents/fetching.py), read by workers before the model call.
+DOCUMENT_FETCHES = prom.Counter(
+    "lading_document_fetches_total",
+    "Documents given by URI that workers read, by result: ok or the error class (DOCUMENT_DIGEST_MISMATCH, ...)",
+    ["pool", "result"],
+)
+DOCUMENT_FETCH_SECONDS = prom.Histogram(
+    "lading_document_fetch_seconds",
+    "Time to read and verify one document given by URI",
+    ["pool"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+
 # The distributed admission limiter (lading/limiting.py).
 LIMITER_WAIT = prom.Histogram(
     "lading_limiter_wait_seconds",

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from lading_worker import running
 
-from lading import accepting, applying, errors
+from lading import accepting, applying, errors, metrics
 from lading.documents import manifests
 from lading.jobs import hashing
 from lading.models import specs
@@ -323,9 +323,12 @@ async def test_a_tampered_document_fails_terminally_with_a_digest_mismatch(
     tampered = tmp_path / f"{samples[1].key}.txt"
     original = tampered.read_bytes()
     tampered.write_bytes(original.replace(b"1", b"7", 1) if b"1" in original else b"X" + original[1:])
+    labels = {"pool": factories.POOL, "result": "DOCUMENT_DIGEST_MISMATCH"}
+    mismatches_before = metrics.REGISTRY.get_sample_value("lading_document_fetches_total", labels) or 0.0
     worker = running.Worker(dbpool, settings=worker_settings(tmp_path))
     async with waiting.running(worker.run):
         await waiting.until(lambda: settled(db, 3), timeout_s=30)
+    assert metrics.REGISTRY.get_sample_value("lading_document_fetches_total", labels) == mismatches_before + 1
     state, error_class = (await states(db))[samples[1].key]
     assert (state, error_class) == ("FAILED_TERMINAL", "DOCUMENT_DIGEST_MISMATCH")
     attempt = await db.fetchrow(

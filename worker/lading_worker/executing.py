@@ -107,17 +107,23 @@ class Executor:
                 error="this worker cannot fetch documents given by URI",
             )
         source = job.source
+        started = time.monotonic()
+        failed: base.Outcome | None = None
         try:
             text = await self.fetcher.text(uri=source.uri, sha256=source.sha256, size=source.bytes)
         except fetching.FetchError as exc:
             outcome = base.OutcomeClass.TERMINAL if exc.terminal else base.OutcomeClass.TRANSIENT
-            return job, base.Outcome.failed(outcome, error_class=exc.error_class, error=str(exc)[:500])
+            failed = base.Outcome.failed(outcome, error_class=exc.error_class, error=str(exc)[:500])
         except Exception as exc:  # a fetch bug must not kill the worker; the retry policy bounds it
-            return job, base.Outcome.failed(
+            failed = base.Outcome.failed(
                 base.OutcomeClass.TRANSIENT,
                 error_class=fetching.DocumentUnavailable.error_class,
                 error=f"{type(exc).__name__}: {exc}"[:500],
             )
+        metrics.DOCUMENT_FETCH_SECONDS.labels(job.pool).observe(time.monotonic() - started)
+        metrics.DOCUMENT_FETCHES.labels(job.pool, "ok" if failed is None else failed.error_class).inc()
+        if failed is not None:
+            return job, failed
         return dataclasses.replace(job, text=text), None
 
     async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float]:
