@@ -544,32 +544,43 @@ KEDA_HEADROOM_QUERY = (
 """PromQL for the vLLM waiting queue of the pool's pods (the headroom trigger)."""
 
 
-def keda_backlog_query(pool: specs.InferencePool) -> str:
-    """Slots of work the pool needs now: running calls plus the backlog that must start within one target age.
+_ELIGIBLE = (
+    "state IN ('READY', 'RETRY_SCHEDULED') AND NOT suspended "
+    "AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts"
+)
+"""What a claim could take now (the claim's own conditions; the claim index covers them)."""
 
-    The postgresql trigger divides it by `targetQueryValue` = worker concurrency, so KEDA's replicas are
-    ceil((running + eligible) / concurrency), the builtin scaler's formula without latency (KEDA cannot
-    see it). The pool name is a literal checked against the pool key pattern, never user text:
-    PostgreSQL's scaler takes no parameters.
-    """
+
+def _checked_pool_key(pool: specs.InferencePool) -> str:
+    # KEDA's postgresql scaler takes no query parameters, so the pool key is a literal in the SQL.
+    # It is safe there only because the pattern admits nothing but [a-z0-9.-] and one '/'.
     key = pool_key(pool)
     if not re.fullmatch(specs.POOL_KEY_PATTERN, key):
         raise ValueError(f"pool key {key!r} is not namespace/name")
+    return key
+
+
+def keda_backlog_query(pool: specs.InferencePool) -> str:
+    """Jobs the pool has to run now: running ones plus eligible ones.
+
+    The postgresql trigger divides it by `targetQueryValue` = worker concurrency, so KEDA runs
+    ceil((running + eligible) / concurrency) workers: as if every eligible job should start at once.
+    (The builtin scaler spreads the backlog over one target age at the observed latency; KEDA sees
+    neither.) Two counts, each on its own index, rather than one OR that would read both sets twice.
+    """
+    key = _checked_pool_key(pool)
     return (
-        "SELECT count(*) FROM extraction_jobs "
-        f"WHERE pool = '{key}' AND (state = 'RUNNING' OR (state IN ('READY', 'RETRY_SCHEDULED') "
-        "AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts))"
+        f"SELECT (SELECT count(*) FROM extraction_jobs WHERE pool = '{key}' AND state = 'RUNNING') + "
+        f"(SELECT count(*) FROM extraction_jobs WHERE pool = '{key}' AND {_ELIGIBLE})"
     )
 
 
 def keda_oldest_age_query(pool: specs.InferencePool) -> str:
     """Seconds the oldest eligible job of the pool has waited (0 when none)."""
-    key = pool_key(pool)
-    if not re.fullmatch(specs.POOL_KEY_PATTERN, key):
-        raise ValueError(f"pool key {key!r} is not namespace/name")
+    key = _checked_pool_key(pool)
     return (
-        "SELECT coalesce(extract(epoch FROM now() - min(available_at)), 0) FROM extraction_jobs "
-        f"WHERE pool = '{key}' AND state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()"
+        "SELECT coalesce(greatest(extract(epoch FROM now() - min(available_at)), 0), 0) FROM extraction_jobs "
+        f"WHERE pool = '{key}' AND {_ELIGIBLE}"
     )
 
 

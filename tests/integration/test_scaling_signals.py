@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from lading_operator import headroom
+from lading_operator import headroom, rendering
 from lading_operator import scaling as deciding
 
 from lading import accepting, ids, limiting
@@ -67,7 +67,10 @@ async def test_pause_and_429_cooldown_come_from_the_pool_row(db: asyncpg.Connect
     await factories.seed(db)
     await registry.pause_pool(db, name=POOL, seconds=90, reason="the endpoint refused the API key")
     limiter = limiting.PoolLimiter(dbpool, pool=POOL, limits=LIMITS)
-    await limiter.cool_down(30)
+    try:
+        await limiter.cool_down(30)
+    finally:
+        await limiter.close()
 
     load = await scaling.pool_signals(db, pool=POOL)
     assert load.paused is False
@@ -91,6 +94,20 @@ async def test_latency_and_tokens_of_recent_calls_come_from_the_limiter(
     await factories.seed(db, tenant="globex", pool=OTHER)
     limiter = limiting.PoolLimiter(dbpool, pool=POOL, limits=LIMITS)
     other = limiting.PoolLimiter(dbpool, pool=OTHER, limits=LIMITS)
+    try:
+        await _calls(db, limiter, other)
+    finally:
+        await limiter.close()
+        await other.close()
+
+    load = await scaling.pool_signals(db, pool=POOL, window_s=120)
+    assert load.recent_attempts == 3
+    assert load.mean_latency_s == pytest.approx(4.0, abs=0.05)
+    assert load.mean_tokens_per_attempt == pytest.approx(2000.0)
+    assert (await scaling.pool_signals(db, pool=OTHER)).mean_tokens_per_attempt == pytest.approx(50_000.0)
+
+
+async def _calls(db: asyncpg.Connection, limiter: limiting.PoolLimiter, other: limiting.PoolLimiter) -> None:
     permits = [await limiter.acquire(job_id=ids.JobId(i), fence=1, tokens=2000) for i in range(4)]
     await limiter.release(permits[0], tokens_used=1000)
     await limiter.release(permits[1], tokens_used=3000)
@@ -107,12 +124,6 @@ async def test_latency_and_tokens_of_recent_calls_come_from_the_limiter(
     old = await limiter.acquire(job_id=ids.JobId(7), fence=1, tokens=10)
     await limiter.release(old, tokens_used=10)
     await db.execute("UPDATE limiter_permits SET acquired_at = now() - interval '200 seconds' WHERE id = $1", old.id)
-
-    load = await scaling.pool_signals(db, pool=POOL, window_s=120)
-    assert load.recent_attempts == 3
-    assert load.mean_latency_s == pytest.approx(4.0, abs=0.05)
-    assert load.mean_tokens_per_attempt == pytest.approx(2000.0)
-    assert (await scaling.pool_signals(db, pool=OTHER)).mean_tokens_per_attempt == pytest.approx(50_000.0)
 
 
 async def test_signals_feed_the_decision(db: asyncpg.Connection) -> None:
@@ -139,6 +150,36 @@ async def test_signals_feed_the_decision(db: asyncpg.Connection) -> None:
     # 300 jobs 240 s old against a 120 s target: urgency 2, 5 req/s, 50 calls at the assumed 10 s.
     assert decision.replicas == 2
     assert decision.reason.startswith("backlog 300, oldest 24")
+
+
+async def test_keda_trigger_queries_run_and_agree_with_the_signals(db: asyncpg.Connection) -> None:
+    """The SQL the ScaledObject gives KEDA's postgresql scaler, run as KEDA would: plain text, no parameters."""
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(name="b1", count=40))
+    await jobs.claim_batch(db, pool=POOL, worker_id=WORKER, limit=5, lease_ttl_s=600)
+    await db.execute(
+        "UPDATE extraction_jobs SET available_at = now() - interval '200 seconds' "
+        "WHERE id = (SELECT min(id) FROM extraction_jobs WHERE state = 'READY')"
+    )
+    await db.execute(
+        "UPDATE extraction_jobs SET suspended = true "
+        "WHERE id IN (SELECT id FROM extraction_jobs WHERE state = 'READY' ORDER BY id DESC LIMIT 3)"
+    )
+    namespace, name = POOL.split("/")
+    pool = specs.InferencePool.model_validate(
+        {"metadata": {"name": name, "namespace": namespace}, "spec": {"provider": "builtin"}}
+    )
+    load = await scaling.pool_signals(db, pool=POOL)
+    backlog_sql, oldest_sql = rendering.keda_backlog_query(pool), rendering.keda_oldest_age_query(pool)
+    assert await db.fetchval(backlog_sql) == load.in_flight + load.eligible_backlog == 5 + 32
+    oldest = await db.fetchval(oldest_sql)
+    assert load.oldest_eligible_age_s is not None and 200 <= oldest < 210
+    assert abs(float(oldest) - load.oldest_eligible_age_s) < 5
+    empty = specs.InferencePool.model_validate(
+        {"metadata": {"name": "idle", "namespace": namespace}, "spec": {"provider": "builtin"}}
+    )
+    assert await db.fetchval(rendering.keda_backlog_query(empty)) == 0
+    assert await db.fetchval(rendering.keda_oldest_age_query(empty)) == 0
 
 
 async def test_window_must_be_positive(db: asyncpg.Connection) -> None:
