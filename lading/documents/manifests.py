@@ -41,7 +41,7 @@ import pathlib
 import re
 import tempfile
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
@@ -180,7 +180,7 @@ async def lines(
         *,
         settings: DocumentSettings,
         session: aiohttp.ClientSession | None = None,
-) -> AsyncIterator[tuple[int, ManifestLine]]:
+) -> AsyncGenerator[tuple[int, ManifestLine], None]:
     """Stream the manifest's documents as (line number, line); blank lines are skipped but counted."""
     number = 0
     total = 0
@@ -257,8 +257,11 @@ async def spool(
         with os.fdopen(handle, "w", encoding="utf-8", newline="", buffering=CHUNK_WRITE_BYTES) as out:
             writer = csv.writer(out, lineterminator="\n")
             try:
-                async with _timeout(settings.manifest_timeout_s, uri):
-                    async for number, line in lines(uri, settings=settings, session=session):
+                async with (
+                    _timeout(settings.manifest_timeout_s, uri),
+                    contextlib.aclosing(lines(uri, settings=settings, session=session)) as stream,
+                ):
+                    async for number, line in stream:
                         writer.writerow((number, line.key, line.uri, line.sha256, line.bytes))
                         documents += 1
                         total_bytes += line.bytes
