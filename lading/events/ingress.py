@@ -73,6 +73,7 @@ class IngressConsumer:
         self.consuming = asyncio.Event()
         """Set while a consumer is registered on the queue (tests wait on it)."""
         self._handlers: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
 
     def __repr__(self) -> str:  # never the URL: it carries a password
         return "<IngressConsumer>"
@@ -134,12 +135,12 @@ class IngressConsumer:
         self.counts.add(outcome)
         return outcome
 
-    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage, stop: asyncio.Event) -> None:
+    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
         try:
-            await self.handle(message, stop)
+            await self.handle(message, self._stop)
         except BROKER_ERRORS as exc:  # the ack could not be sent: the broker redelivers, the inbox dedups
             logger.warning("Could not settle a message with the broker; it will be redelivered: %s", exc)
         except DATABASE_ERRORS as exc:  # stopping while the database is away: left unacked
@@ -170,7 +171,8 @@ class IngressConsumer:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=self.settings.ingress.prefetch)
             declared = await topology.declare(channel, self.settings.topology)
-            tag = await declared.ingress.consume(lambda m: self._on_message(m, stop), no_ack=False)
+            self._stop = stop
+            tag = await declared.ingress.consume(self._on_message, no_ack=False)
             self.consuming.set()
             stopped = asyncio.ensure_future(stop.wait())
             closed = asyncio.ensure_future(connection.closed())

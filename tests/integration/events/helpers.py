@@ -29,7 +29,12 @@ async def unpublished(db: asyncpg.Connection) -> int:
     return int(await db.fetchval("SELECT count(*) FROM outbox_events WHERE published_at IS NULL"))
 
 
-async def drain(channel: aio_pika.abc.AbstractChannel, queue: str, *, limit: int = 10_000) -> list[aio_pika.abc.AbstractIncomingMessage]:
+async def drain(
+        channel: aio_pika.abc.AbstractChannel,
+        queue: str,
+        *,
+        limit: int = 10_000,
+) -> list[aio_pika.abc.AbstractIncomingMessage]:
     """Every message ready in `queue`, acked."""
     q = await channel.declare_queue(queue, passive=True)
     got: list[aio_pika.abc.AbstractIncomingMessage] = []
