@@ -13,6 +13,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  how close to the ideal 500 jobs/s one worker gets, and at what memory
     fairness     tenant B's 20 jobs behind tenant A's 10,000 vs alone, Jain's index of equal
                  tenants' throughput, claim latency at 1,000,000 waiting jobs vs 1,000
+    operator     100 ExtractionBatches of 1,000 documents created at once against the Kubernetes
+                 emulator with the real operator: time until all are admitted, and API
+                 requests per batch per minute at steady state (hack/bench_operator.py)
     delivery     signed deliveries/s from one dispatcher to one reference receiver (a separate
                  process committing each delivery durably) (hack/bench_delivery.py)
 
@@ -65,7 +68,9 @@ from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, Work
 
 sys.path.insert(0, str(_ROOT / "hack"))
 import bench_delivery  # noqa: E402
+import bench_limiter  # noqa: E402
 import bench_manifest  # noqa: E402
+import bench_operator  # noqa: E402
 
 LOCAL_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 EMBEDDED_DATA_DIR = _ROOT / embedded.STATE_DIR / "bench-pg"
@@ -894,11 +899,13 @@ async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
 
 Scenario = Callable[[str], Awaitable[tuple[dict[str, Any], dict[str, Any], bool]]]
 SCENARIOS: dict[str, Scenario] = {
+    "limiter": bench_limiter.bench_limiter,
     "accept": bench_accept,
     "accept-manifest": bench_manifest.bench_accept_manifest,
     "dispatch": bench_dispatch,
     "concurrency": bench_concurrency,
     "fairness": bench_fairness,
+    "operator": bench_operator.bench_operator,
     "delivery": bench_delivery.bench_delivery,
 }
 

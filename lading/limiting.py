@@ -17,7 +17,13 @@ pool down (`pools.cooldown_until`): no replica sends until it ends.
 
 Inside one process only one task asks the database at a time (a FIFO lock per pool); the
 others wait behind it. So a worker with 100 concurrent attempts costs the database one query
-per grant, not a hundred pollers.
+per grant, not a hundred pollers. When only the concurrency limit refuses, the asker waits for
+a release: its own process's releases wake it directly, other replicas' through a NOTIFY on the
+`lading_limiter` channel (with a short poll as the fallback if LISTEN is unavailable).
+
+Requests are also paced to at most requestsPerMinute/60 in any second (at least one): hosted
+APIs enforce per-minute limits over shorter periods as well, and a minute's budget sent in
+the first two seconds would be refused there.
 
 The builtin provider runs in-process and is not rate-limited (it has no upstream to protect);
 `for_pool` returns no limiter for it.
@@ -26,6 +32,7 @@ The builtin provider runs in-process and is not rate-limited (it has no upstream
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -42,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 PROMPT_OVERHEAD_TOKENS = 600
 """Instructions, schema and delimiters around the document: measured at ~450 tokens, rounded up."""
+RELEASED_CHANNEL = "lading_limiter"
+"""NOTIFY channel of permit releases; the payload is the pool name."""
 CHARS_PER_TOKEN = 3
 """A conservative text-to-token ratio for Latin-script invoices (tokenisers give 3.5-4.5)."""
 
@@ -72,10 +81,14 @@ class LimiterSettings:
     permit_ttl_s: float = 150.0
     """A permit not released within this time frees itself (its worker crashed). Longer than any
     attempt's timeout plus the lease, so a live, slow call never loses its permit."""
-    concurrency_poll_s: float = 0.05
-    """When only the concurrency limit refuses, ask again after about this long (jittered)."""
+    concurrency_poll_s: float = 0.25
+    """When only the concurrency limit refuses and no release is heard of, ask again after about this
+    long (jittered). Releases normally wake the asker at once (NOTIFY); this is the fallback."""
     max_wait_step_s: float = 1.0
     """Never sleep longer than this between two asks: a raised limit or an ended cooldown is seen soon."""
+    burst_s: float = 1.0
+    """Pacing: at most this many seconds' worth of requestsPerMinute/60 are sent in any one second.
+    1.0 spreads a minute's budget evenly; 60 turns pacing off (the whole minute at once)."""
     prune_every_s: float = 30.0
     """How often a process deletes permits that no longer count."""
 
@@ -90,7 +103,7 @@ class Permit:
 class Refusal:
     """Why a permit was refused and how long to wait before asking again."""
 
-    reason: str  # cooldown | requests | tokens | concurrency
+    reason: str  # cooldown | pace | requests | tokens | concurrency
     retry_in_s: float
 
 
@@ -116,6 +129,37 @@ class PoolLimiter:
         self.settings = settings or LimiterSettings()
         self._asking = asyncio.Lock()  # FIFO: waiters are served in arrival order
         self._last_prune = 0.0
+        self._released = asyncio.Event()  # set by a release in this process or heard from another
+        self._listener: asyncpg.pool.PoolConnectionProxy | None = None
+        self._listening = False
+
+    @property
+    def per_second(self) -> int:
+        """Requests allowed in any one second: `burst_s` seconds' worth of the per-minute rate."""
+        return max(1, int(self.limits.requests_per_minute * self.settings.burst_s / 60))
+
+    async def close(self) -> None:
+        """Stop listening for other replicas' releases and give the connection back."""
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            try:
+                await listener.remove_listener(RELEASED_CHANNEL, self._heard)
+            finally:
+                await self.db.release(listener)
+
+    async def _listen(self) -> None:
+        if self._listening:
+            return
+        self._listening = True  # one try: polling still works without it
+        try:
+            self._listener = await self.db.acquire()
+            await self._listener.add_listener(RELEASED_CHANNEL, self._heard)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("Cannot LISTEN for limiter releases, polling only: %s", exc)
+
+    def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload == self.pool:
+            self._released.set()
 
     async def acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit:
         """Wait until the pool admits one more request of `tokens` tokens; return its permit."""
@@ -123,15 +167,22 @@ class PoolLimiter:
         # let through alone (the window otherwise empty) instead of waiting forever.
         tokens = min(tokens, self.limits.tokens_per_minute)
         started = time.monotonic()
+        await self._listen()
         async with self._asking:
             while True:
+                self._released.clear()
                 answer = await self.try_acquire(job_id=job_id, fence=fence, tokens=tokens)
                 if isinstance(answer, Permit):
                     waited = time.monotonic() - started
                     metrics.LIMITER_WAIT.labels(self.pool).observe(waited)
                     return answer
                 metrics.LIMITER_REFUSALS.labels(self.pool, answer.reason).inc()
-                await asyncio.sleep(answer.retry_in_s)
+                if answer.reason == "concurrency":
+                    # A release (here or in another replica) is what can change the answer.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._released.wait(), answer.retry_in_s)
+                else:
+                    await asyncio.sleep(answer.retry_in_s)
 
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
         """Ask once: a permit, or why not and when to ask again."""
@@ -146,7 +197,7 @@ class PoolLimiter:
                 queries.sql("limiter_try_acquire"),
                 self.pool, job_id, fence, tokens,
                 limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
-                self.settings.permit_ttl_s, self.settings.window_s,
+                self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
             )
         assert row is not None  # an aggregate without GROUP BY: one row
         await self._maybe_prune()
@@ -157,6 +208,8 @@ class PoolLimiter:
             return Refusal("requests", min(window_frees_in, self.settings.max_wait_step_s))
         if row["tokens"] + tokens > limits.tokens_per_minute:
             return Refusal("tokens", min(window_frees_in, self.settings.max_wait_step_s))
+        if row["last_second"] + 1 > self.per_second:
+            return Refusal("pace", max(0.001, row["second_frees_in_s"] or 0.0))
         poll = self.settings.concurrency_poll_s
         return Refusal("concurrency", poll * (0.5 + random.random()))
 
@@ -164,6 +217,7 @@ class PoolLimiter:
         """Free the in-flight permit; `tokens_used=None` keeps the whole reservation in the window."""
         async with self.db.acquire() as conn:
             await conn.execute(queries.sql("limiter_release"), permit.id, tokens_used)
+        self._released.set()
 
     async def cool_down(self, seconds: float) -> None:
         """The provider said 429: no replica sends to this pool for `seconds`."""

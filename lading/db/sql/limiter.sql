@@ -11,13 +11,18 @@ SELECT cooldown_until, cooldown_until > clock_timestamp() AS cooling,
 -- name: limiter_try_acquire
 -- One request + $4 reserved tokens + one in-flight permit of pool $1, all three or none, under
 -- limits $5 requests/min, $6 tokens/min, $7 concurrent; for job $2 at fence $3, expiring after
--- $8 seconds, counting the last $9 seconds as the window. Returns the permit id (NULL when refused) and the usage that decided.
+-- $8 seconds, counting the last $9 seconds as the window. Requests are also paced: at most $10
+-- in any second, so a minute's budget is spread over the minute instead of sent in one burst
+-- (hosted APIs enforce per-minute limits over shorter periods too). Returns the permit id
+-- (NULL when refused) and the usage that decided.
 WITH usage AS (
     SELECT count(*) FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)) AS requests,
            coalesce(sum(coalesce(tokens_used, tokens_reserved))
                     FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)), 0) AS tokens,
            count(*) FILTER (WHERE released_at IS NULL AND expires_at > clock_timestamp()) AS in_flight,
-           min(acquired_at) FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)) AS oldest
+           min(acquired_at) FILTER (WHERE acquired_at > clock_timestamp() - make_interval(secs => $9)) AS oldest,
+           count(*) FILTER (WHERE acquired_at > clock_timestamp() - interval '1 second') AS last_second,
+           min(acquired_at) FILTER (WHERE acquired_at > clock_timestamp() - interval '1 second') AS oldest_in_second
       FROM limiter_permits
      WHERE pool = $1
        AND (acquired_at > clock_timestamp() - make_interval(secs => $9)
@@ -27,20 +32,23 @@ WITH usage AS (
     SELECT $1, $2, $3, $4::integer, clock_timestamp() + make_interval(secs => $8)
       FROM usage
      WHERE usage.requests + 1 <= $5::bigint AND usage.tokens + $4::integer <= $6::bigint AND usage.in_flight + 1 <= $7::bigint
+       AND usage.last_second + 1 <= $10::bigint
     RETURNING id
 )
-SELECT (SELECT id FROM granted) AS permit_id, u.requests, u.tokens, u.in_flight,
-       extract(epoch FROM u.oldest + make_interval(secs => $9) - clock_timestamp())::float8 AS window_frees_in_s
+SELECT (SELECT id FROM granted) AS permit_id, u.requests, u.tokens, u.in_flight, u.last_second,
+       extract(epoch FROM u.oldest + make_interval(secs => $9) - clock_timestamp())::float8 AS window_frees_in_s,
+       extract(epoch FROM u.oldest_in_second + interval '1 second' - clock_timestamp())::float8 AS second_frees_in_s
   FROM usage u;
 
 -- name: limiter_release
 -- After the call: free the concurrency permit and reconcile the reservation with the tokens the
 -- provider reported ($2; NULL keeps the reservation, e.g. a request that timed out after it was
 -- sent may have been consumed).
+-- Waiting acquirers in every process are woken at once (NOTIFY on commit), not at their next poll.
 UPDATE limiter_permits
    SET released_at = clock_timestamp(), tokens_used = $2
  WHERE id = $1 AND released_at IS NULL
-RETURNING id;
+RETURNING id, pg_notify('lading_limiter', pool);
 
 -- name: limiter_cooldown
 -- Cool pool $1 down for $2 seconds (never shortening a longer cooldown).

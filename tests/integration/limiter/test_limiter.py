@@ -8,23 +8,26 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from lading import limiting
+from lading import limiting, metrics
 from lading.db import pool as dbpool
 from lading.ids import JobId, PoolName
 from tests.support import factories, waiting
 
 POOL = PoolName(factories.POOL)
 _job_ids = itertools.count(1)
+_made: list[limiting.PoolLimiter] = []
 
 
 def limiter(db: asyncpg.Pool, *, rpm: int = 10_000, tpm: int = 10_000_000, concurrency: int = 1000,
-            ttl_s: float = 60.0) -> limiting.PoolLimiter:
-    return limiting.PoolLimiter(
+            ttl_s: float = 60.0, burst_s: float = 60.0) -> limiting.PoolLimiter:
+    made = limiting.PoolLimiter(
         db,
         pool=POOL,
         limits=limiting.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, max_concurrency=concurrency),
-        settings=limiting.LimiterSettings(permit_ttl_s=ttl_s, concurrency_poll_s=0.01),
+        settings=limiting.LimiterSettings(permit_ttl_s=ttl_s, concurrency_poll_s=0.01, burst_s=burst_s),
     )
+    _made.append(made)
+    return made
 
 
 async def ask(lim: limiting.PoolLimiter, tokens: int = 100) -> limiting.Permit | limiting.Refusal:
@@ -36,6 +39,8 @@ async def replicas(db: asyncpg.Connection, database_url: str) -> AsyncIterator[l
     await factories.seed(db)
     pools = [await dbpool.create_pool(database_url, min_size=1, max_size=10) for _ in range(3)]
     yield pools
+    while _made:
+        await _made.pop().close()  # their LISTEN connections go back before the pools close
     for p in pools:
         await p.close()
 
@@ -81,6 +86,37 @@ async def test_requests_per_minute_is_exact_across_replicas(replicas: list[async
     refusal = await ask(limiters[0])
     assert isinstance(refusal, limiting.Refusal) and refusal.reason == "requests"
     assert 0 < refusal.retry_in_s <= 1.0
+
+
+async def test_requests_are_paced_over_the_minute(replicas: list[asyncpg.Pool]) -> None:
+    limiters = [limiter(p, rpm=600, burst_s=1.0) for p in replicas]  # 10 per second
+    answers = await asyncio.gather(*(ask(limiters[i % 3]) for i in range(30)))
+    granted = sum(isinstance(a, limiting.Permit) for a in answers)
+    refusals = {a.reason for a in answers if isinstance(a, limiting.Refusal)}
+    assert granted == 10 and refusals == {"pace"}
+    refusal = next(a for a in answers if isinstance(a, limiting.Refusal))
+    assert 0 < refusal.retry_in_s <= 1.0
+
+
+async def test_a_release_in_another_replica_wakes_a_waiting_acquirer(replicas: list[asyncpg.Pool]) -> None:
+    holder, waiter = limiter(replicas[0], concurrency=1), limiter(replicas[1], concurrency=1)
+    waiter.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60)  # only a NOTIFY can wake it
+    held = await holder.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiting_task = asyncio.create_task(waiter.acquire(job_id=JobId(2), fence=1, tokens=1))
+
+    async def refused_once() -> bool:
+        return metrics.REGISTRY.get_sample_value(
+            "lading_limiter_refusals_total", {"pool": POOL, "reason": "concurrency"}
+        ) not in (None, refused_before)
+
+    refused_before = metrics.REGISTRY.get_sample_value(
+        "lading_limiter_refusals_total", {"pool": POOL, "reason": "concurrency"}
+    )
+    await waiting.until(refused_once, timeout_s=10)  # the waiter asked and was refused ...
+    assert not waiting_task.done()
+    await holder.release(held, tokens_used=1)  # ... then hears the other replica's release
+    async with asyncio.timeout(10):
+        assert (await waiting_task).tokens_reserved == 1
 
 
 async def test_all_or_nothing_a_token_refusal_takes_no_request(

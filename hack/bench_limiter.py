@@ -1,0 +1,174 @@
+"""
+The `limiter` benchmark (run through hack/bench.py): three in-process workers, 100 attempts in
+flight each, against hack/stub_model.py enforcing the same limits as the pool.
+
+    rpm-bound     requestsPerMinute binds: requests the stub received in a 60 s window after
+                  warm-up, as a fraction of the limit, and the most it ever saw in any 60 s
+    tpm-bound     tokensPerMinute binds: tokens (as the provider reported them) in the same
+                  window, as a fraction of the limit, and the stub's own most in any 60 s
+    drain         maxConcurrency binds: the time to drain N jobs vs N / (concurrency / latency)
+
+Targets: achieved/limit >= 0.97 and never above 1.0 (no 429 from the stub); drain within 5 %.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+
+from lading import accepting
+from lading.db import pool as dbpool
+from lading.db import registry
+from lading.ids import PoolName, TenantName
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+
+STUB = pathlib.Path(__file__).resolve().parent / "stub_model.py"
+TENANT = TenantName("bench")
+POOL = PoolName("lading-system/limited")
+WORKERS = 3
+CONCURRENCY = 100
+WARMUP_S = float(os.environ.get("LADING_BENCH_LIMITER_WARMUP_S", "15"))
+WINDOW_S = 60.0
+LATENCY_MS = 100.0
+TARGET_FRACTION = 0.97
+TARGET_DRAIN_ERROR = 0.05
+
+
+@contextlib.asynccontextmanager
+async def stub(*args: str) -> AsyncIterator[str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(STUB), "--port", "0", *args, stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().strip()
+        yield line.removeprefix("listening on ")
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+def stub_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/admin/stats", timeout=10) as response:
+        stats: dict[str, Any] = json.load(response)
+        return stats
+
+
+def texts(count: int) -> list[str]:
+    from lading.samples import generator
+
+    return [s.text for s in generator.generate(count, seed=11)]
+
+
+async def _prepare(conn: asyncpg.Connection, *, url: str, rpm: int, tpm: int, concurrency: int, jobs: int) -> None:
+    await conn.execute("TRUNCATE extraction_jobs, job_documents, job_attempts, results, outbox_events, batches, "
+                       "limiter_permits RESTART IDENTITY CASCADE")
+    await registry.upsert_pool(
+        conn, name=POOL, provider="openai-compatible", model="stub-model",
+        spec={"endpoint": {"url": url},
+              "limits": {"requestsPerMinute": rpm, "tokensPerMinute": tpm, "maxConcurrency": concurrency}},
+    )  # fmt: skip
+    documents = [accepting.DocumentInput(key=f"doc-{i:06d}", text=t) for i, t in enumerate(texts(jobs))]
+    await accepting.accept_batch(conn, accepting.BatchRequest(
+        tenant=TENANT, namespace=TENANT, name=f"limiter-{time.monotonic_ns()}", uid=f"uid-{time.monotonic_ns()}",
+        schema="invoice.v1", pool=POOL, model_policy={"pool": POOL}, validation_policy="invoice-strict-v1",
+        priority="normal", deadline_s=3600, max_attempts=20, documents=documents,
+    ))  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def workers(url: str) -> AsyncIterator[None]:
+    from lading_worker import running
+
+    settings = WorkerSettings(
+        pool=POOL,
+        claimer=ClaimerSettings(concurrency=CONCURRENCY, batch_size=50, poll_interval_s=0.1),
+        lease=LeaseSettings(),
+        reaper=ReaperSettings(),
+    )
+    pools = [await dbpool.create_pool(url, min_size=2, max_size=8) for _ in range(WORKERS)]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(running.Worker(p, settings=settings).run(stop)) for p in pools]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait(tasks, timeout=30)
+        for p in pools:
+            await p.close()
+
+
+async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int, tpm: int, concurrency: int,
+                  jobs: int) -> dict[str, Any]:
+    await _prepare(conn, url=stub_url, rpm=rpm, tpm=tpm, concurrency=concurrency, jobs=jobs)
+    async with workers(url):
+        started = time.time()
+        await asyncio.sleep(WARMUP_S + WINDOW_S)  # a timed measurement window, not a race
+    window_start, window_end = started + WARMUP_S, started + WARMUP_S + WINDOW_S
+    stats = stub_stats(stub_url)
+    requests = sum(window_start <= t < window_end for t in stats["arrivals"])
+    tokens = await conn.fetchval(
+        "SELECT coalesce(sum(tokens_in + tokens_out), 0) FROM job_attempts "
+        "WHERE started_at >= to_timestamp($1) AND started_at < to_timestamp($2)", window_start, window_end,
+    )
+    return {
+        "requests_in_window": requests, "tokens_in_window": int(tokens),
+        "max_requests_any_60s": stats["max_window_requests"], "max_tokens_any_60s": stats["max_window_tokens"],
+        "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"],
+    }
+
+
+async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    conn = await dbpool.connect(url)
+    try:
+        rpm = 1200
+        async with stub("--latency-ms", str(LATENCY_MS), "--rpm", str(rpm)) as stub_url:
+            by_requests = await _window(conn, url, stub_url, rpm=rpm, tpm=1_000_000_000, concurrency=64, jobs=4000)
+        tpm = 60_000
+        async with stub("--latency-ms", str(LATENCY_MS), "--tpm", str(tpm)) as stub_url:
+            by_tokens = await _window(conn, url, stub_url, rpm=1_000_000, tpm=tpm, concurrency=64, jobs=2000)
+        concurrency, jobs = 16, 1200
+        async with stub("--latency-ms", str(LATENCY_MS), "--concurrency", str(concurrency)) as stub_url:
+            await _prepare(conn, url=stub_url, rpm=1_000_000, tpm=1_000_000_000, concurrency=concurrency, jobs=jobs)
+            async with workers(url):
+                started = time.perf_counter()
+                while True:
+                    left = await conn.fetchval(
+                        "SELECT count(*) FROM extraction_jobs WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
+                    )
+                    if left == 0:
+                        break
+                    await asyncio.sleep(0.05)
+                drained_s = time.perf_counter() - started
+            drain_stats = stub_stats(stub_url)
+    finally:
+        await conn.close()
+    expected_s = jobs / (concurrency / (LATENCY_MS / 1000))
+    results = {
+        "rpm_bound": {**by_requests, "limit": rpm, "fraction": round(by_requests["requests_in_window"] / rpm, 4),
+                      "max_fraction": round(by_requests["max_requests_any_60s"] / rpm, 4)},
+        "tpm_bound": {**by_tokens, "limit": tpm, "fraction": round(by_tokens["tokens_in_window"] / tpm, 4),
+                      "max_fraction": round(by_tokens["max_tokens_any_60s"] / tpm, 4)},
+        "drain": {"jobs": jobs, "concurrency": concurrency, "latency_ms": LATENCY_MS,
+                  "seconds": round(drained_s, 2), "formula_s": round(expected_s, 2),
+                  "ratio": round(drained_s / expected_s, 4), "stub_429s": drain_stats["statuses"].get("429", 0),
+                  "max_concurrent": drain_stats["max_concurrent"]},
+    }
+    targets = {"fraction_min": TARGET_FRACTION, "fraction_max": 1.0, "drain_error_max": TARGET_DRAIN_ERROR}
+    passed = (
+        all(results[k]["fraction"] >= TARGET_FRACTION and results[k]["max_fraction"] <= 1.0
+            and results[k]["stub_429s"] == 0 for k in ("rpm_bound", "tpm_bound"))
+        and abs(results["drain"]["ratio"] - 1) <= TARGET_DRAIN_ERROR
+    )
+    return results, targets, passed
