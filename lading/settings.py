@@ -154,6 +154,9 @@ class IngressSettings:
     prefetch: int = 32
     """Unacked messages the broker sends ahead to one consumer (basic.qos). Bounds memory and the
     redeliveries after a consumer crash."""
+    db_concurrency: int = 2
+    """Inbox transactions run at once; the rest of the prefetched messages wait their turn. Keeps a
+    worker's shared connection pool free for heartbeats and claims."""
     retry_base_s: float = 0.5
     """First wait when the database refuses an inbox transaction (full jitter, doubling). The
     message stays unacked meanwhile, so its delivery count does not grow."""

@@ -4,6 +4,7 @@
     run FILE...   apply manifests and run the whole system on this machine until done
     migrate       apply database migrations (idempotent, safe to run concurrently)
     worker        run one worker process for one InferencePool
+    relay         the outbox relay and the ingress consumer for RabbitMQ, apart from the workers
     jobs          list jobs (filters, paging) or show one with every attempt, result and event
     status        one-screen overview: pools, batches in progress, review queue, outbox
     review        the review queue: list, show, and approve, correct or reject a job (who and why recorded)
@@ -30,6 +31,7 @@ from lading.db import migrating
 from lading.db import pool as dbpool
 from lading_cli import crds, deliveries, local, receiver, reports, review
 from lading_cli import operator as operator_cli
+from lading_cli import relay as relay_cli
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -67,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run a worker for one InferencePool")
     worker_main.add_arguments(worker)
     worker.set_defaults(handler=worker_main.run)
+
+    relay = commands.add_parser("relay", help="run the outbox relay and the ingress consumer (RabbitMQ)")
+    relay_cli.add_arguments(relay)
+    relay.set_defaults(handler=relay_cli.run)
 
     jobs = commands.add_parser("jobs", help="list and inspect extraction jobs")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")

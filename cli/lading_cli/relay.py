@@ -23,10 +23,10 @@ from collections.abc import Sequence
 
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading.events import ingress, relay
+from lading.events import relay, wiring
 from lading.settings import BrokerTopology, EventSettings, IngressSettings, RelaySettings
 
-AMQP_URL_ENV = "LADING_AMQP_URL"
+AMQP_URL_ENV = wiring.AMQP_URL_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,15 +70,10 @@ async def serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay:
         await migrating.migrate(conn)
     finally:
         await conn.close()
-    db = await dbpool.create_pool(dsn, min_size=1, max_size=8)
+    config = wiring.BrokerConfig(amqp_url=amqp_url, settings=settings, relay=with_relay, ingress=with_ingress)
+    db = await dbpool.create_pool(dsn, min_size=1, max_size=config.connections)
     try:
-        tasks = []
-        if with_relay:
-            outbox_relay = relay.OutboxRelay(db, amqp_url=amqp_url, settings=settings)
-            tasks.append(asyncio.create_task(outbox_relay.run_forever(stop), name="outbox relay"))
-        if with_ingress:
-            consumer = ingress.IngressConsumer(db, amqp_url=amqp_url, settings=settings)
-            tasks.append(asyncio.create_task(consumer.run_forever(stop), name="ingress consumer"))
+        tasks = [asyncio.create_task(loop(stop), name=name) for name, loop in config.loops(db, owner=relay.new_owner())]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             stop.set()

@@ -74,13 +74,14 @@ class IngressConsumer:
         """Set while a consumer is registered on the queue (tests wait on it)."""
         self._handlers: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self._transactions = asyncio.Semaphore(settings.ingress.db_concurrency)
 
     def __repr__(self) -> str:  # never the URL: it carries a password
         return "<IngressConsumer>"
 
     async def record(self, event: messages.Event) -> str:
         """Record one event and apply its effect in one transaction; the outcome."""
-        async with self._db.acquire() as conn, conn.transaction():
+        async with self._transactions, self._db.acquire() as conn, conn.transaction():
             inserted = await outbox.inbox_record(
                 conn, event_id=event.event_id, type=event.type, digest=event.digest, payload=event.payload
             )

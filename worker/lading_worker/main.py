@@ -21,11 +21,14 @@ from lading.db import pool as dbpool
 from lading.delivery import dispatching, egress
 from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
+from lading.events import wiring as events_wiring
 from lading.settings import (
     AttemptSettings,
+    BrokerTopology,
     ClaimerSettings,
     DeliverySettings,
     DocumentSettings,
+    EventSettings,
     LeaseSettings,
     ReaperSettings,
     WorkerSettings,
@@ -85,6 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a claimed delivery is owned; a dead dispatcher's deliveries are retried after this",
     )
     parser.add_argument(
+        "--amqp-url",
+        default=os.environ.get(events_wiring.AMQP_URL_ENV),
+        help=f"RabbitMQ: also run the outbox relay and the ingress consumer (default: ${events_wiring.AMQP_URL_ENV}, "
+        "preferred: a flag shows in `ps`; none: no broker, claimers wake by LISTEN/NOTIFY and polling)",
+    )
+    parser.add_argument("--topology-prefix", default="", help="put in front of every RabbitMQ name (docs/events.md)")
+    parser.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464 in a pod); off by default",
@@ -138,12 +148,22 @@ def delivery_from(args: argparse.Namespace) -> dispatching.DeliveryConfig | None
     )
 
 
+def events_from(args: argparse.Namespace) -> events_wiring.BrokerConfig | None:
+    """The relay and consumer configuration, or None without a broker URL."""
+    if not args.amqp_url:
+        return None
+    return events_wiring.BrokerConfig(
+        amqp_url=args.amqp_url, settings=EventSettings(topology=BrokerTopology(prefix=args.topology_prefix))
+    )
+
+
 async def serve(
         dsn: str,
         settings: WorkerSettings,
         *,
         http: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
+        events: events_wiring.BrokerConfig | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -159,7 +179,7 @@ async def serve(
         finally:
             await conn.close()
         await running.run_worker(
-            dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None, delivery=delivery
+            dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None, delivery=delivery, events=events
         )
 
 
@@ -176,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from(args)
     except ValueError as exc:
         raise SystemExit(f"lading worker: {exc}") from None
-    asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery))
+    asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery, events=events_from(args)))
     return 0
 
 

@@ -6,6 +6,7 @@ The Worker: every loop of one worker process wired as a named task.
     committer    group-commits finished attempts            (runs until attempts drained)
     reaper       rescues expired leases, expires deadlines
     delivery dispatcher  sends due deliveries to ERP webhooks (when configured; lading/delivery)
+    outbox relay, ingress consumer  events to and from RabbitMQ (with --amqp-url; lading/events)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -29,6 +30,7 @@ from lading.db import pool as dbpool
 from lading.db import registry
 from lading.delivery import dispatching
 from lading.documents import fetching
+from lading.events import wiring as events_wiring
 from lading.ids import PoolName, WorkerId
 from lading.providers import base, factory
 from lading.settings import WorkerSettings
@@ -55,8 +57,11 @@ class Worker:
             api_key: str | None = None,
             worker_id: WorkerId | None = None,
             delivery: dispatching.DeliveryConfig | None = None,
+            events: events_wiring.BrokerConfig | None = None,
     ) -> None:
         self.db = db
+        self.events = events
+        """When set, this process also runs the outbox relay and the ingress consumer."""
         self.delivery = delivery
         """When set, this process also runs a delivery dispatcher (any number of replicas may)."""
         self.settings = settings
@@ -125,6 +130,9 @@ class Worker:
         if self.delivery is not None:
             dispatcher = self.delivery.dispatcher(self.db, owner=f"{self.worker_id}-dispatcher")
             support.append(asyncio.create_task(dispatcher.run_forever(stop_support), name="delivery dispatcher"))
+        if self.events is not None:
+            for name, loop in self.events.loops(self.db, owner=f"{self.worker_id}-relay"):
+                support.append(asyncio.create_task(loop(stop_support), name=name))
         stopper = asyncio.create_task(stop.wait(), name="stop signal")
         logger.info("Worker %s started for pool %s", self.worker_id, pool)
         try:
@@ -168,10 +176,11 @@ async def run_worker(
         *,
         api_key: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
+        events: events_wiring.BrokerConfig | None = None,
 ) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
-    db = await dbpool.create_pool(dsn, min_size=2, max_size=8)
+    db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))
     try:
-        await Worker(db, settings=settings, api_key=api_key, delivery=delivery).run(stop)
+        await Worker(db, settings=settings, api_key=api_key, delivery=delivery, events=events).run(stop)
     finally:
         await db.close()
