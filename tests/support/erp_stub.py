@@ -30,7 +30,7 @@ Reply = Callable[["ErpStub", web.Request], Awaitable[web.StreamResponse]]
 @dataclasses.dataclass(frozen=True)
 class Recorded:
     path: str
-    headers: Mapping[str, str]
+    headers: dict[str, str]
     body: bytes
 
 
@@ -130,9 +130,7 @@ async def running(host: str = "127.0.0.1") -> AsyncIterator[ErpStub]:
     await runner.setup()
     site = web.TCPSite(runner, host, 0)
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    [port] = [address[1] for address in runner.addresses if isinstance(address, tuple)]
     stub.url = f"http://{host}:{port}"
     try:
         yield stub

@@ -14,7 +14,9 @@ import pytest
 
 from lading import accepting, reviewing
 from lading.db import jobs
+from lading.ids import JobId
 from lading.jobs import transitions
+from lading.jobs.states import JobState
 from tests.integration.delivery import helpers
 from tests.support import erp_stub, factories
 
@@ -72,13 +74,13 @@ async def test_a_batch_without_an_endpoint_and_jobs_that_do_not_succeed_get_no_d
     claimed = await jobs.claim_batch(db, pool=factories.POOL, worker_id=helpers.WORKER, limit=2, lease_ttl_s=60)
     finishes = [
         transitions.needs_review(claimed[0].id, claimed[0].fence, result={"x": 1}, validation={"passed": False}),
-        transitions.Finish(claimed[1].id, claimed[1].fence, transitions.JobState.FAILED_TERMINAL, "terminal"),
+        transitions.Finish(claimed[1].id, claimed[1].fence, JobState.FAILED_TERMINAL, "terminal"),
     ]
     await jobs.finish_many(db, finishes, worker_id=helpers.WORKER)
     assert await _count(db) == 0
 
 
-async def _awaiting_review(db: asyncpg.Connection, count: int) -> list[int]:
+async def _awaiting_review(db: asyncpg.Connection, count: int) -> list[JobId]:
     await factories.seed(db)
     request = dataclasses.replace(
         factories.batch_request(count=count), endpoint=helpers.ENDPOINT,
