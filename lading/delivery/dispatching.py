@@ -311,8 +311,8 @@ class Dispatcher:
                 if admission is breaker.Admission.CLAIM:
                     normal.append(endpoint.name)
                 elif admission is breaker.Admission.PROBE and await deliveries.admit_probe(
-                        conn, endpoint=endpoint.name, probe_ttl_s=s.lease_ttl_s
-                ):
+                        conn, endpoint=endpoint.name, probe_ttl_s=s.total_timeout_s + 5.0
+                ):  # the probe slot frees itself after one attempt's time, whether or not a delivery was due
                     probes.append(endpoint.name)
             claimed = await deliveries.claim(
                 conn, endpoints=normal, owner=self.owner, limit=limit or s.concurrency, lease_ttl_s=s.lease_ttl_s

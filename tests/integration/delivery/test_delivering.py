@@ -266,3 +266,24 @@ async def test_an_oversized_answer_is_read_only_up_to_the_limit(
     assert attempt.error_class == "ResponseTooLarge"
     assert attempt.error is not None and "longer than 1024 bytes" in attempt.error
     assert getattr(erp, "huge_sent", 0) < 64 * 1024 * 1024, "the stream was cut, not drained"
+
+
+async def test_of_two_dispatchers_only_one_probes_a_half_open_endpoint(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool,
+) -> None:
+    settings = DeliverySettings(**{**helpers.FAST.__dict__, "breaker_threshold": 1, "breaker_cooldown_s": 0.2,
+                                   "backoff_cap_s": 0.01})  # fmt: skip
+    async with erp_stub.running() as erp:
+        erp.reply = erp_stub.status(503)
+        await helpers.register(db, erp.webhook_url)
+        await helpers.succeed(db, count=4)
+        async with helpers.dispatcher(dbpool, settings=settings, owner="one") as one, \
+                helpers.dispatcher(dbpool, settings=settings, owner="two") as two:  # fmt: skip
+            await one.run_once()
+            assert await db.fetchval("SELECT breaker_state FROM endpoints") == "open"
+            sent = len(erp.requests)
+            erp.reply = erp_stub.slow(0.5)
+            await db.execute("UPDATE endpoints SET breaker_open_until = clock_timestamp()")
+            rounds = await asyncio.gather(one.run_once(), two.run_once())
+    assert sorted(r.claimed for r in rounds) == [0, 1]
+    assert len(erp.requests) == sent + 1
