@@ -21,6 +21,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from lading import health
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.events import relay, wiring
@@ -41,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefetch", type=int, default=IngressSettings.prefetch, help="unacked messages per consumer")
     parser.add_argument("--no-relay", action="store_true", help="run only the ingress consumer")
     parser.add_argument("--no-ingress", action="store_true", help="run only the outbox relay")
+    parser.add_argument(
+        "--http", metavar="HOST:PORT", help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464)"
+    )
 
 
 def settings_from(args: argparse.Namespace) -> EventSettings:
@@ -60,7 +64,23 @@ def settings_from(args: argparse.Namespace) -> EventSettings:
     )
 
 
-async def serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay: bool, with_ingress: bool) -> None:
+async def serve(
+        dsn: str,
+        amqp_url: str,
+        settings: EventSettings,
+        *,
+        with_relay: bool,
+        with_ingress: bool,
+        http: str | None = None,
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        if http is not None:
+            host, port = health.parse_listen(http)
+            await stack.enter_async_context(health.serving(dsn, host=host, port=port))
+        await _serve(dsn, amqp_url, settings, with_relay=with_relay, with_ingress=with_ingress)
+
+
+async def _serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay: bool, with_ingress: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -94,9 +114,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"lading relay: --amqp-url or ${AMQP_URL_ENV} is required")
     if args.no_relay and args.no_ingress:
         raise SystemExit("lading relay: --no-relay and --no-ingress leave nothing to run")
+    if args.http is not None:
+        try:
+            health.parse_listen(args.http)
+        except ValueError as exc:
+            raise SystemExit(f"lading relay: --http: {exc}") from None
     asyncio.run(
         serve(args.database_url, args.amqp_url, settings_from(args),
-              with_relay=not args.no_relay, with_ingress=not args.no_ingress)
+              with_relay=not args.no_relay, with_ingress=not args.no_ingress, http=args.http)
     )  # fmt: skip
     return 0
 

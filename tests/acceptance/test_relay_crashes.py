@@ -42,7 +42,8 @@ async def _start(
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "lading_cli.relay", "--database-url", database_url,
             "--topology-prefix", names.prefix, *args,
-            env=processes.environment(LADING_FAILPOINTS=failpoints, LADING_AMQP_URL=amqp_url),
+            env=processes.environment(**({"LADING_FAILPOINTS": failpoints} if failpoints else {}),
+                                      LADING_AMQP_URL=amqp_url),
             stdout=handle, stderr=handle,
         )  # fmt: skip
     finally:
@@ -146,3 +147,26 @@ async def test_a_consumer_killed_between_commit_and_ack_gets_a_redelivery_that_c
 
 async def _ready(channel: aio_pika.abc.AbstractChannel, names: BrokerTopology, n: int) -> bool:
     return await broker.queue_depth(channel, names.name(names.ingress_queue)) == n
+
+
+async def test_lading_relay_relays_into_the_inbox_and_exits_cleanly_on_sigterm(
+        db: asyncpg.Connection, database_url: str, amqp_url: str, tmp_path: pathlib.Path
+) -> None:
+    n = 10
+    names = broker.unique_topology()
+    await _add_events(db, n)
+    async with broker.declared(amqp_url, names):
+        process = await _start(database_url, amqp_url, names, log=tmp_path / "relay.log",
+                               args=["--poll-interval", "0.1"], failpoints="")  # fmt: skip
+        try:
+            await waiting.until(functools.partial(_drained, db), timeout_s=30)
+            await waiting.until(lambda: _inbox_has(db, n), timeout_s=30)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+        finally:
+            await processes.stop(process)
+    assert "guest:guest" not in (tmp_path / "relay.log").read_text()  # the URL's password is never logged
+
+
+async def _inbox_has(db: asyncpg.Connection, n: int) -> bool:
+    return await _count(db, "SELECT count(*) FROM execution_inbox") == n
