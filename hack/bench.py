@@ -16,6 +16,8 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
     operator     100 ExtractionBatches of 1,000 documents created at once against the Kubernetes
                  emulator with the real operator: time until all are admitted, and API
                  requests per batch per minute at steady state (hack/bench_operator.py)
+    limiter      three workers against a stub enforcing the pool's limits: requests/min and tokens/min
+                 achieved vs the limits, drain time vs the capacity formula (hack/bench_limiter.py)
     delivery     signed deliveries/s from one dispatcher to one reference receiver (a separate
                  process committing each delivery durably) (hack/bench_delivery.py)
 
@@ -782,42 +784,54 @@ def _jain(values: Sequence[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 0.0
 
 
-async def _claim_latencies_ms(conn: asyncpg.Connection, *, backlog: int) -> list[float]:
-    """Claim latency with `backlog` waiting jobs over five tenants (one with most of them); every
-    claimed job is given back at once, so the backlog stays the same size."""
+FAIRNESS_LARGE_POOL = PoolName("lading-system/bench-large")
+FAIRNESS_CLAIM_WARMUP = 30
+"""Claims per pool before measuring: caches and cached plans settle."""
+
+
+async def _claim_latencies_ms(conn: asyncpg.Connection) -> tuple[list[float], list[float]]:
+    """Claim latency in a pool with 1,000 waiting jobs and in one with 1,000,000, both over five
+    tenants (one with most of the jobs), claims alternating between the pools so that both see
+    the same machine. Every claimed job is given back at once: the backlogs keep their size."""
     from lading.db import jobs as jobs_db
     from lading.ids import WorkerId
 
-    tenants = {f"tenant-{n}": 1 for n in range(5)}
-    await _fair_prepare(conn, tenants)
-    await conn.execute(
-        """
-        INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256,
-                                     pool, schema, validation_policy, priority, max_attempts, deadline_at,
-                                     available_at)
-        SELECT g, 'tenant-' || CASE WHEN g % 10 < 6 THEN 0 ELSE g % 10 - 5 END, g / 10000, g, 'doc-' || g, 'h', 's',
-               $1, $2, $3, (g % 3)::smallint, 5, clock_timestamp() + interval '1 day',
-               clock_timestamp() - make_interval(secs => ($4 - g) / 1000.0)
-          FROM generate_series(1, $4) AS g
-        """,
-        POOL, SCHEMA, VALIDATION_POLICY, backlog,
-    )
-    await conn.execute(
-        "INSERT INTO job_documents (job_id, text, bytes) SELECT g, 'text', 4 FROM generate_series(1, $1) g",
-        backlog,
-    )
+    await _fair_prepare(conn, {f"tenant-{n}": 1 for n in range(5)})
+    await registry.upsert_pool(conn, name=FAIRNESS_LARGE_POOL, provider="builtin", model="lading-builtin", spec={})
+    first = 1
+    for pool, backlog in ((POOL, FAIRNESS_SMALL_BACKLOG), (FAIRNESS_LARGE_POOL, FAIRNESS_LARGE_BACKLOG)):
+        await conn.execute(
+            """
+            INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256,
+                                         pool, schema, validation_policy, priority, max_attempts, deadline_at,
+                                         available_at)
+            SELECT g, 'tenant-' || CASE WHEN g % 10 < 6 THEN 0 ELSE g % 10 - 5 END, g / 10000, g, 'doc-' || g, 'h',
+                   's', $1, $2, $3, (g % 3)::smallint, 5, clock_timestamp() + interval '1 day',
+                   clock_timestamp() - make_interval(secs => ($5 - g) / 1000.0)
+              FROM generate_series($4::bigint, $5::bigint) AS g
+            """,
+            pool, SCHEMA, VALIDATION_POLICY, first, first + backlog - 1,
+        )
+        await conn.execute(
+            "INSERT INTO job_documents (job_id, text, bytes)"
+            " SELECT g, 'text', 4 FROM generate_series($1::bigint, $2::bigint) g",
+            first, first + backlog - 1,
+        )
+        first += backlog
     await conn.execute("VACUUM ANALYZE extraction_jobs")
     await conn.execute("VACUUM ANALYZE job_documents")
     worker = WorkerId("bench-claimer")
-    latencies = []
-    for _ in range(FAIRNESS_CLAIMS):
-        started = time.perf_counter()
-        claimed = await jobs_db.claim_batch(
-            conn, pool=POOL, worker_id=worker, limit=FAIRNESS_CLAIM_LIMIT, lease_ttl_s=60
-        )
-        latencies.append((time.perf_counter() - started) * 1000)
-        await jobs_db.release_many(conn, [(j.id, j.fence) for j in claimed], worker_id=worker)
-    return latencies
+    latencies: dict[PoolName, list[float]] = {POOL: [], FAIRNESS_LARGE_POOL: []}
+    for n in range(FAIRNESS_CLAIM_WARMUP + FAIRNESS_CLAIMS):
+        for pool in latencies:
+            started = time.perf_counter()
+            claimed = await jobs_db.claim_batch(
+                conn, pool=pool, worker_id=worker, limit=FAIRNESS_CLAIM_LIMIT, lease_ttl_s=60
+            )
+            if n >= FAIRNESS_CLAIM_WARMUP:
+                latencies[pool].append((time.perf_counter() - started) * 1000)
+            await jobs_db.release_many(conn, [(j.id, j.fence) for j in claimed], worker_id=worker)
+    return latencies[POOL], latencies[FAIRNESS_LARGE_POOL]
 
 
 async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
@@ -841,8 +855,7 @@ async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
         print(f"bench: fairness equal weights {equal}", file=sys.stderr, flush=True)
         weighted = await _shares(pool, conn, provider, {"w1-a": 1, "w1-b": 1, "w2": 2})
         print(f"bench: fairness weights 1:1:2 {weighted}", file=sys.stderr, flush=True)
-        small = await _claim_latencies_ms(conn, backlog=FAIRNESS_SMALL_BACKLOG)
-        large = await _claim_latencies_ms(conn, backlog=FAIRNESS_LARGE_BACKLOG)
+        small, large = await _claim_latencies_ms(conn)
     finally:
         await pool.close()
         await conn.close()
@@ -873,7 +886,7 @@ async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
             },
         },
         "claim_latency": {
-            "claims": FAIRNESS_CLAIMS,
+            "claims_per_pool": FAIRNESS_CLAIMS,
             "limit": FAIRNESS_CLAIM_LIMIT,
             "backlog_small": FAIRNESS_SMALL_BACKLOG,
             "backlog_large": FAIRNESS_LARGE_BACKLOG,

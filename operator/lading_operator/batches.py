@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,8 @@ KIND = "ExtractionBatch"
 PLURAL = "extractionbatches"
 RECENT_FAILURES = status.RECENT_FAILURES_MAX
 QUEUED_STATES = (JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED)
+SIGNIFICANT = ("phase", "observedGeneration", "conditions", "total", "recentFailures", "completedAt", "batchId")
+"""Status fields whose change is written at once; counts and ages wait for the next status interval."""
 
 
 def key(namespace: str, name: str) -> runtime.ObjectKey:
@@ -105,6 +108,9 @@ class Reconciler:
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
         self.seen = Observation()
         self.failures_at = -1
+        self.last_write_at = 0.0
+        self._parsed_batch: specs.ExtractionBatch | None = None
+        self._parsed_generation: int | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -132,20 +138,30 @@ class Reconciler:
         finally:
             self.rt.leave_queue(self.key)
             self.rt.wakeups.pop(self.key, None)
+            self.rt.tokens.pop(self.key, None)
 
     async def reconcile(self) -> float:
         if self.body.metadata.deletion_timestamp:
             return self.rt.settings.idle_interval_s
-        try:
-            batch = parse(self.body)
-        except pydantic.ValidationError as exc:
-            await self.pending("InvalidSpec", _invalid_message(exc))
-            return self.rt.settings.idle_interval_s
         if self.admitted is None:
+            try:
+                batch = self._parsed()
+            except pydantic.ValidationError as exc:
+                await self.pending("InvalidSpec", _invalid_message(exc))
+                return self.rt.settings.idle_interval_s
             waited = await self.admit(batch)
             if waited is not None:
                 return waited
-        return await self.refresh(batch)
+        # Once admitted only `suspend` matters (the rest is immutable): no need to parse 1000s of documents again.
+        return await self.refresh(suspend=self.body.spec.get("suspend", False) is True)
+
+    def _parsed(self) -> specs.ExtractionBatch:
+        """The spec as the core's model, parsed once per generation (parsing a large batch costs milliseconds)."""
+        generation = self.body.metadata.get("generation")
+        if self._parsed_batch is None or self._parsed_generation != generation:
+            self._parsed_batch = parse(self.body)
+            self._parsed_generation = generation
+        return self._parsed_batch
 
     # --- Admission.
 
@@ -160,20 +176,16 @@ class Reconciler:
                 self.tenant, self.admitted = tenant, existing
                 self.rt.leave_queue(self.key)
                 return None
-        lock_key = tenant if tenant is not None else runtime.ANY_TENANT
-        async with self.rt.admission_locks[lock_key]:
-            try:
-                async with self.rt.db.acquire() as conn:
-                    await self._check_queued_bytes(conn, batch, tenant)
-                    applied = await applying.admit_batch(conn, batch)
-            except applying.AdmissionRejected as exc:
-                waiting_on = tenant if exc.reason == "QuotaExceeded" and tenant is not None else runtime.ANY_TENANT
-                self.rt.wait_in_queue(self.key, waiting_on)
-                await self.pending(exc.reason, str(exc))
-                return self.rt.settings.idle_interval_s
-            except errors.IdempotencyConflict as exc:
-                await self.pending("IdempotencyConflict", str(exc))
-                return self.rt.settings.idle_interval_s
+        try:
+            applied = await self._admit(batch, tenant)
+        except applying.AdmissionRejected as exc:
+            waiting_on = tenant if exc.reason == "QuotaExceeded" and tenant is not None else runtime.ANY_TENANT
+            self.rt.wait_in_queue(self.key, waiting_on)
+            await self.pending(exc.reason, str(exc))
+            return self.rt.settings.idle_interval_s
+        except errors.IdempotencyConflict as exc:
+            await self.pending("IdempotencyConflict", str(exc))
+            return self.rt.settings.idle_interval_s
         self.rt.leave_queue(self.key)
         self.tenant = applied.tenant
         async with self.rt.db.acquire() as conn:
@@ -187,14 +199,52 @@ class Reconciler:
             )
         return None
 
+    async def _admit(self, batch: specs.ExtractionBatch, tenant: TenantName | None) -> applying.AppliedBatch:
+        """Admission through the core; concurrent with other admissions of the tenant while its budget has
+        room for all of them, serialised otherwise (see runtime.TenantBudget)."""
+        if tenant is None:
+            async with self.rt.db.acquire() as conn:
+                return await applying.admit_batch(conn, batch)  # raises NoTenantQuota (or admits if one just appeared)
+        budget = self.rt.budgets[tenant]
+        jobs = len(batch.spec.documents or ())
+        while True:
+            async with budget.lock:
+                async with self.rt.db.acquire() as conn:
+                    limit = await registry.tenant_max_queued_jobs(conn, tenant=tenant)
+                    bytes_limit = await observed.tenant_max_queued_bytes(conn, tenant=tenant)
+                    concurrent = bytes_limit is None and batch.spec.documents is not None
+                    if concurrent and limit is not None:
+                        fresh = time.monotonic() - budget.counted_at < runtime.BUDGET_SNAPSHOT_MAX_AGE_S
+                        known = budget.known_queued
+                        if known is None or not fresh or known + budget.reserved + jobs > limit:
+                            known = await registry.tenant_queued_jobs(conn, tenant=tenant)
+                            budget.known_queued, budget.counted_at = known, time.monotonic()
+                        concurrent = known + budget.reserved + jobs <= limit
+                    if not concurrent and budget.reserved == 0:
+                        # Tight (or byte-limited): one at a time, and the core's check decides.
+                        await self._check_queued_bytes(conn, batch, tenant, bytes_limit)
+                        applied = await applying.admit_batch(conn, batch)
+                        budget.known_queued = None
+                        return applied
+                if concurrent:
+                    budget.reserve(jobs)
+            if concurrent:
+                break
+            await budget.idle.wait()  # admissions running now will change the count: decide after them
+        admitted = False
+        try:
+            async with self.rt.db.acquire() as conn:
+                applied = await applying.admit_batch(conn, batch)
+            admitted = applied.result.created
+            return applied
+        finally:
+            budget.release(jobs, admitted=admitted)
+
     async def _check_queued_bytes(
-        self, conn: asyncpg.Connection, batch: specs.ExtractionBatch, tenant: TenantName | None
+        self, conn: asyncpg.Connection, batch: specs.ExtractionBatch, tenant: TenantName, limit: int | None
     ) -> None:
         """maxQueuedBytes: the core bounds queued jobs; the byte bound is checked here, before acceptance."""
-        if tenant is None or batch.spec.documents is None:
-            return
-        limit = await observed.tenant_max_queued_bytes(conn, tenant=tenant)
-        if limit is None:
+        if batch.spec.documents is None or limit is None:
             return
         size = sum(len(d.text.encode("utf-8")) for d in batch.spec.documents)
         usage = await observed.tenant_usage(conn, tenant=tenant)
@@ -225,9 +275,8 @@ class Reconciler:
 
     # --- Status.
 
-    async def refresh(self, batch: specs.ExtractionBatch) -> float:
+    async def refresh(self, *, suspend: bool) -> float:
         assert self.admitted is not None and self.tenant is not None
-        suspend = batch.spec.suspend
         async with self.rt.db.acquire() as conn:
             if suspend != self.admitted.suspended:
                 await observed.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
@@ -246,7 +295,7 @@ class Reconciler:
             if self.rt.has_deliveries and current.endpoint is not None:
                 delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
         desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend)
-        await self._write(desired)
+        await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
             self.failures_at = failed
         queued = sum(current.counts[s] for s in QUEUED_STATES)
@@ -349,13 +398,30 @@ class Reconciler:
             desired["recentFailures"] = self.last_written["recentFailures"]
         return desired
 
-    async def _write(self, desired: dict[str, Any]) -> None:
+    def _volatile_only(self, desired: dict[str, Any]) -> bool:
+        """Whether `desired` differs from what was written only in counts and ages (not phase, conditions, ...)."""
+        for field in SIGNIFICANT:
+            if field == "conditions":
+                old = [(c.get("type"), c.get("status"), c.get("reason")) for c in self.last_written.get(field) or ()]
+                new = [(c.get("type"), c.get("status"), c.get("reason")) for c in desired.get(field) or ()]
+                if old != new:
+                    return False
+            elif self.last_written.get(field) != desired.get(field):
+                return False
+        return True
+
+    async def _write(self, desired: dict[str, Any], *, volatile_only: bool = False) -> None:
+        """Write status if it changed; a change of counts and ages only, at most once per status interval."""
+        now = time.monotonic()
+        if volatile_only and now - self.last_write_at < self.rt.settings.status_interval_s:
+            return
         written = await conditions.write_status(
             self.rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=self.namespace, name=self.name,
             live=self.last_written, desired=desired,
         )  # fmt: skip
         if written:
             self.last_written = {**self.last_written, **desired}
+            self.last_write_at = now
 
 
 def _reason(error_class: str) -> str:
@@ -395,8 +461,11 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
         await Reconciler(rt, body).run(stopped)
 
     @kopf.on.event(*resource, id="wake", registry=registry_)
-    async def wake(name: str, namespace: str | None, **_: Any) -> None:
-        rt.wake(key(namespace or "", name))
+    async def wake(name: str, namespace: str | None, meta: kopf.Meta, type: str | None, **_: Any) -> None:
+        if type == "DELETED":
+            rt.tokens.pop(key(namespace or "", name), None)
+            return
+        rt.wake_on_change(key(namespace or "", name), (meta.get("generation"), meta.get("deletionTimestamp")))
 
     @kopf.on.delete(*resource, id="cancel-jobs", registry=registry_)
     async def cancel_jobs(body: kopf.Body, status: kopf.Status, **_: Any) -> None:

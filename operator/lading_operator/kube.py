@@ -17,6 +17,7 @@ Secret (the operator never writes Secrets, and reads only their keys).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import pathlib
 import ssl
@@ -149,7 +150,7 @@ class Client:
                 text = await response.text()
                 if response.status >= 400:
                     raise KubeError(status=response.status, message=f"{method} {path}: {text[:ERROR_BODY_CHARS]}")
-                return yaml.safe_load(text) if text else None
+                return json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise KubeError(status=0, message=f"{method} {path}: {type(exc).__name__}") from None
 

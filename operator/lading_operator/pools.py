@@ -119,6 +119,7 @@ class Reconciler:
                     await runtime.sleep(wake, stopped, timeout_s=interval)
             finally:
                 self.rt.wakeups.pop(self.key, None)
+                self.rt.tokens.pop(self.key, None)
 
     async def reconcile(self, session: aiohttp.ClientSession) -> None:
         generation = self.body.metadata.get("generation")
@@ -335,8 +336,12 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
         await Reconciler(rt, body).run(stopped)
 
     @kopf.on.event(*resource, id="wake", registry=registry_)
-    async def wake(name: str, namespace: str | None, **_: Any) -> None:
-        rt.wake(key(namespace or "", name))
+    async def wake(name: str, namespace: str | None, meta: kopf.Meta, type: str | None, **_: Any) -> None:
+        if type == "DELETED":
+            rt.tokens.pop(key(namespace or "", name), None)
+            return
+        token = (meta.get("generation"), meta.get("deletionTimestamp"), meta.annotations.get(METRICS_URL_ANNOTATION))
+        rt.wake_on_change(key(namespace or "", name), token)
 
     owned_by_lading = {rendering.LABEL_MANAGED_BY: "lading"}
 

@@ -4,7 +4,8 @@ settings, and the wake-ups that make the reconcilers event-driven.
 
 Wake-ups. Each ExtractionBatch and InferencePool has one long-lived reconcile loop (a kopf
 daemon) that sleeps on an `asyncio.Event` with a timeout. The event is set by:
-- a watch event of the object itself (a kopf `on.event` handler: no API call, no persistence);
+- a watch event of the object itself that changed what the loop acts on (its generation, i.e. its
+  spec; its deletion): a kopf `on.event` handler, no API call, no persistence;
 - room appearing in the tenant's quota (a batch of the tenant settled, was deleted, or shrank its
   queue; the TenantQuota changed) for batches waiting in the quota queue (`waiting`);
 - a TenantQuota or InferencePool appearing, for batches waiting on a missing one;
@@ -36,6 +37,44 @@ ANY_TENANT = TenantName("")
 """Waiting key of batches that wait for something other than room (a TenantQuota or pool to exist)."""
 
 
+BUDGET_SNAPSHOT_MAX_AGE_S = 5.0
+"""How long a tenant's counted queue may be reused before admission counts again."""
+
+
+@dataclasses.dataclass
+class TenantBudget:
+    """What this operator knows of a tenant's queue, so admissions can run concurrently and still
+    never overshoot maxQueuedJobs together.
+
+    `known_queued` is an upper bound: a count from the database plus every job admitted here since
+    (jobs that finished since only make the true number smaller). `reserved` is the jobs of
+    admissions running now. A batch may start admitting concurrently while
+    known_queued + reserved + its jobs <= maxQueuedJobs; otherwise it counts again and, if still no
+    room, waits for the running admissions to finish and lets the core decide (its own quota check
+    runs in every admission anyway).
+    """
+
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    known_queued: int | None = None
+    counted_at: float = 0.0
+    reserved: int = 0
+    idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def reserve(self, jobs: int) -> None:
+        self.reserved += jobs
+        self.idle.clear()
+
+    def release(self, jobs: int, *, admitted: bool) -> None:
+        self.reserved -= jobs
+        if admitted and self.known_queued is not None:
+            self.known_queued += jobs
+        if self.reserved == 0:
+            self.idle.set()
+
+
 @dataclasses.dataclass
 class Runtime:
     settings: settings.OperatorSettings
@@ -44,15 +83,25 @@ class Runtime:
     connection: kopf.ConnectionInfo
     has_deliveries: bool = False
     wakeups: dict[ObjectKey, asyncio.Event] = dataclasses.field(default_factory=dict)
+    tokens: dict[ObjectKey, Any] = dataclasses.field(default_factory=dict)
     waiting: dict[TenantName, set[ObjectKey]] = dataclasses.field(default_factory=lambda: collections.defaultdict(set))
-    admission_locks: dict[TenantName, asyncio.Lock] = dataclasses.field(
-        default_factory=lambda: collections.defaultdict(asyncio.Lock)
+    budgets: dict[TenantName, TenantBudget] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(TenantBudget)
     )
     endpoint_secrets: dict[str, Any] = dataclasses.field(default_factory=dict)
     """DeliveryEndpoint 'namespace/name' -> rendering.EndpointSecret (names only, never values)."""
 
     def wakeup(self, key: ObjectKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
+
+    def wake_on_change(self, key: ObjectKey, token: Any) -> None:
+        """Wake `key` when `token` (what the object's reconciler acts on: generation, ...) changed.
+
+        The reconciler's own status writes also arrive as watch events; they do not change the
+        token, so they do not wake it again."""
+        if self.tokens.get(key) != token:
+            self.tokens[key] = token
+            self.wake(key)
 
     def wake(self, key: ObjectKey) -> None:
         event = self.wakeups.get(key)

@@ -24,10 +24,10 @@ class OperatorSettings:
     render: rendering.OperatorConfig = dataclasses.field(default_factory=rendering.OperatorConfig)
     """What the operator renders into pool objects (worker image, database Secret, ...)."""
 
-    status_interval_s: float = 30.0
-    """A running batch's status is refreshed at most this often unless something wakes it: at most
-    two status writes per batch per minute, whatever the workers do, so API traffic stays bounded
-    by the number of batches, not by the number of jobs."""
+    status_interval_s: float = 60.0
+    """A running batch's counts and ages are written at most this often (a change of phase or of a
+    condition is written at once): at most one status write per batch per minute, whatever the
+    workers do, so API traffic stays bounded by the number of batches, not by the number of jobs."""
     idle_interval_s: float = 300.0
     """A settled, suspended or waiting batch is looked at this often as a safety net; the events that
     matter (its own changes, room in its tenant's quota) wake it at once."""

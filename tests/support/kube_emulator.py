@@ -26,6 +26,7 @@ the benchmark can report API traffic.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import datetime
@@ -135,6 +136,17 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def count(self) -> int:
         """Requests served so far (every method, every path)."""
         return len(self._requests)
+
+    def breakdown(self, since: int = 0) -> dict[str, int]:
+        """Requests served since the `since`-th, by action and resource (e.g. 'update extractionbatches/status')."""
+        counts: collections.Counter[str] = collections.Counter()
+        for request in list(self._requests)[since:]:
+            what = request.resource.plural if request.resource is not None else request.url.path
+            if request.subresource:
+                what = f"{what}/{request.subresource}"
+            action = request.action.value if request.action is not None else str(request.method.value).lower()
+            counts[f"{action} {what}"] += 1
+        return dict(counts.most_common())
 
     def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = (kmock.resource(resource), namespace, name)
