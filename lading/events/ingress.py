@@ -168,28 +168,34 @@ class IngressConsumer:
 
     async def _consume_until_closed(self, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect(self._url, timeout=30)
+        lost = asyncio.Event()  # set when the connection or the channel closes under us
+        connection.close_callbacks.add(lambda _sender, _exc: lost.set())
         try:
             channel = await connection.channel()
+            channel.close_callbacks.add(lambda _sender, _exc: lost.set())
             await channel.set_qos(prefetch_count=self.settings.ingress.prefetch)
             declared = await topology.declare(channel, self.settings.topology)
             self._stop = stop
             tag = await declared.ingress.consume(self._on_message, no_ack=False)
             self.consuming.set()
             stopped = asyncio.ensure_future(stop.wait())
-            closed = asyncio.ensure_future(connection.closed())
+            closed = asyncio.ensure_future(lost.wait())
             try:
                 await asyncio.wait([stopped, closed], return_when=asyncio.FIRST_COMPLETED)
             finally:
                 stopped.cancel()
                 closed.cancel()
             self.consuming.clear()
-            if not connection.is_closed:
+            if not lost.is_set():
                 await declared.ingress.cancel(tag)
                 await self._drain()
         finally:
             self.consuming.clear()
             if not connection.is_closed:
-                await connection.close()
+                try:
+                    await asyncio.wait_for(connection.close(), timeout=5)
+                except BROKER_ERRORS as exc:
+                    logger.debug("Closing the broker connection failed: %r", exc)
             await self._drain(cancel=True)
 
     async def _drain(self, *, cancel: bool = False) -> None:

@@ -96,7 +96,8 @@ class OutboxRelay:
 
     @property
     def connected(self) -> bool:
-        return self._connection is not None and not self._connection.is_closed
+        connection = self._connection
+        return connection is not None and not connection.is_closed and connection.connected.is_set()
 
     async def connect(self) -> None:
         """Open a connection and a confirming channel, and declare the topology."""

@@ -16,7 +16,7 @@ import orjson
 
 from lading import metrics
 from lading.db import outbox
-from lading.events import relay
+from lading.events import ingress, relay
 from lading.settings import BrokerTopology, EventSettings
 from tests.integration.events import helpers
 from tests.support import broker, faultproxy, waiting
@@ -183,3 +183,39 @@ async def _all_published(db: asyncpg.Connection) -> bool:
 
 async def _reconnects_above(counter: object, before: float) -> bool:
     return float(counter._value.get()) > before  # type: ignore[attr-defined]
+
+
+async def test_a_broker_cut_under_relay_and_consumer_ends_with_every_event_in_the_inbox_once(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, amqp_url: str, event_settings: EventSettings,
+        channel: aio_pika.abc.AbstractChannel,
+) -> None:
+    host, port = broker.target(amqp_url)
+    proxy = faultproxy.FaultProxy(target_host=host, target_port=port, target_unix=None)
+    await proxy.start()
+    proxied = broker.through(amqp_url, port=proxy.port)
+    consumer = ingress.IngressConsumer(dbpool, amqp_url=proxied, settings=event_settings)
+    r = relay.OutboxRelay(dbpool, amqp_url=proxied, settings=event_settings)
+    ingress_reconnects = metrics.BROKER_RECONNECTS.labels(loop="ingress")
+    before = ingress_reconnects._value.get()
+    try:
+        async with waiting.running(consumer.run_forever), waiting.running(r.run_forever):
+            for i in range(150):
+                await helpers.add_event(db, aggregate_id=i + 1)
+            await waiting.until(lambda: _inbox_at_least(db, 1), timeout_s=20)
+            proxy.set_mode("reset")
+            for i in range(150, 300):
+                await helpers.add_event(db, aggregate_id=i + 1)
+            await waiting.until(lambda: _reconnects_above(ingress_reconnects, before), timeout_s=20)
+            proxy.set_mode("pass")
+            await waiting.until(lambda: _all_published(db), timeout_s=30)
+            await waiting.until(lambda: _inbox_at_least(db, 300), timeout_s=30)
+    finally:
+        await proxy.stop()
+    assert await db.fetchval("SELECT count(*) FROM execution_inbox") == 300
+    assert await db.fetchval(
+        "SELECT count(*) FROM outbox_events o LEFT JOIN execution_inbox i USING (event_id) WHERE i.event_id IS NULL"
+    ) == 0
+
+
+async def _inbox_at_least(db: asyncpg.Connection, n: int) -> bool:
+    return int(await db.fetchval("SELECT count(*) FROM execution_inbox")) >= n
