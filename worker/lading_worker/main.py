@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--amqp-url",
         default=os.environ.get(events_wiring.AMQP_URL_ENV),
         help=f"RabbitMQ: also run the outbox relay and the ingress consumer (default: ${events_wiring.AMQP_URL_ENV}, "
-        "preferred: a flag shows in `ps`; none: no broker, claimers wake by LISTEN/NOTIFY and polling)",
+        "which is better: a flag shows in `ps`; none: no broker, claimers wake by LISTEN/NOTIFY and polling)",
     )
     parser.add_argument("--topology-prefix", default="", help="put in front of every RabbitMQ name (docs/events.md)")
     parser.add_argument(
