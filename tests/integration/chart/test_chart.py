@@ -207,7 +207,9 @@ def test_non_default_parts() -> None:
     receiver = _deployment(NON_DEFAULT, "receiver")["spec"]["template"]["spec"]
     assert receiver["automountServiceAccountToken"] is False
     assert receiver["containers"][0]["args"][:5] == ["receiver", "--host", "0.0.0.0", "--port", "8080"]
-    assert _deployment(NON_DEFAULT, "relay")["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "relay"
+    relay = _deployment(NON_DEFAULT, "relay")["spec"]["template"]["spec"]["containers"][0]
+    assert relay["args"][2:] == ["relay", "--http", "0.0.0.0:8080"]
+    assert relay["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     secrets = list(objects(NON_DEFAULT, "Secret"))
     assert sorted(secret["metadata"]["namespace"] for secret in secrets) == ["acme", "lading-system"]
     (dashboard,) = objects(NON_DEFAULT, "ConfigMap")
