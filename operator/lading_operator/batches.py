@@ -47,7 +47,7 @@ from lading.db import jobs, observed, registry
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
-from lading_operator import conditions, runtime, status
+from lading_operator import conditions, events, runtime, status
 
 logger = logging.getLogger("lading.operator.batches")
 
@@ -131,7 +131,7 @@ class Reconciler:
                     backoff = min(backoff * 2, self.rt.settings.retry_max_s)
                 except Exception as exc:
                     logger.exception("batch %s/%s: reconcile failed", self.namespace, self.name)
-                    kopf.warn(self.body, reason="ReconcileError", message=type(exc).__name__)
+                    events.warning(self.body, reason="ReconcileError", message=type(exc).__name__)
                     interval = backoff
                     backoff = min(backoff * 2, self.rt.settings.retry_max_s)
                 await runtime.sleep(wake, stopped, timeout_s=interval)
@@ -191,7 +191,7 @@ class Reconciler:
         async with self.rt.db.acquire() as conn:
             self.admitted = await observed.batch(conn, tenant=applied.tenant, idempotency_key=self.idempotency_key)
         if applied.result.created:
-            kopf.info(
+            events.normal(
                 self.body,
                 reason="Admitted",
                 message=f"{len(applied.result.job_ids)} documents accepted as batch {applied.result.batch_id} "
@@ -270,7 +270,7 @@ class Reconciler:
             )
         )
         if conditions.changed(self.last_written, desired):
-            kopf.warn(self.body, reason=reason, message=message[:1024])
+            events.warning(self.body, reason=reason, message=message[:1024])
         await self._write(desired)
 
     # --- Status.
@@ -281,7 +281,7 @@ class Reconciler:
             if suspend != self.admitted.suspended:
                 await observed.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
                 message = "no new jobs of this batch are claimed" if suspend else "claiming resumed"
-                kopf.info(self.body, reason="Suspended" if suspend else "Resumed", message=message)
+                events.normal(self.body, reason="Suspended" if suspend else "Resumed", message=message)
             current = await observed.batch(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
             if current is None:
                 self.admitted = None
@@ -297,15 +297,24 @@ class Reconciler:
         desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend)
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
+            if failures and failed > max(self.failures_at, 0):
+                latest = failures[0]
+                more = failed - max(self.failures_at, 0)
+                events.warning(
+                    self.body,
+                    reason="DocumentsFailed",
+                    message=f"{more} more document(s) failed, {failed} in all; latest: {latest.document_key[:256]} "
+                    f"({_reason(latest.error_class)})",
+                )
             self.failures_at = failed
         queued = sum(current.counts[s] for s in QUEUED_STATES)
         settled = sum(n for s, n in current.counts.items() if s in SETTLED) >= current.total
         if queued < self.seen.queued:
             self.rt.room_in(self.tenant)
         if settled and not self.seen.settled and self.seen.queued >= 0:
-            phase = desired.get("phase")
-            kopf.event(self.body, type="Normal" if phase == "Completed" else "Warning", reason=str(phase),
-                       message=self._summary(current))  # fmt: skip
+            phase = str(desired.get("phase"))
+            post = events.normal if phase == "Completed" else events.warning
+            post(self.body, reason=phase, message=self._summary(current))
         self.seen = Observation(queued=queued, settled=settled)
         if settled or suspend:
             return self.rt.settings.idle_interval_s
@@ -478,4 +487,4 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
         cancelled = await finalize(rt, body)
         logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
         if cancelled:
-            kopf.info(body, reason="Cancelled", message=f"{cancelled} unfinished jobs cancelled; results are kept")
+            events.normal(body, reason="Cancelled", message=f"{cancelled} unfinished jobs cancelled; results are kept")

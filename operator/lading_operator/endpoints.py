@@ -20,7 +20,7 @@ import pydantic
 from lading import applying
 from lading.db import observed
 from lading.models import specs
-from lading_operator import conditions, kube, rendering, runtime, status
+from lading_operator import conditions, events, kube, rendering, runtime, status
 
 logger = logging.getLogger("lading.operator.endpoints")
 
@@ -104,7 +104,7 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
                   "unknown_external": health.unknown, "failed": health.failed, "circuit": circuit}  # fmt: skip
     desired = conditions.dump(status.DeliveryEndpointStatus(observed_generation=generation, conditions=conds, **fields))
     if conditions.changed(live, desired) and problem is not None:
-        kopf.warn(body, reason="SecretMissing", message=problem)
+        events.warning(body, reason="SecretMissing", message=problem)
     await _write(rt, namespace, name, live, desired)
 
 

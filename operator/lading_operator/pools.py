@@ -42,7 +42,7 @@ from lading import applying
 from lading.db import observed
 from lading.ids import PoolName
 from lading.models import specs
-from lading_operator import conditions, headroom, kube, rendering, runtime, scaling, status
+from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling, status
 
 logger = logging.getLogger("lading.operator.pools")
 
@@ -113,7 +113,7 @@ class Reconciler:
                         backoff = min(backoff * 2, self.rt.settings.retry_max_s)
                     except Exception as exc:
                         logger.exception("pool %s/%s: reconcile failed", self.namespace, self.name)
-                        kopf.warn(self.body, reason="ReconcileError", message=type(exc).__name__)
+                        events.warning(self.body, reason="ReconcileError", message=type(exc).__name__)
                         interval = backoff
                         backoff = min(backoff * 2, self.rt.settings.retry_max_s)
                     await runtime.sleep(wake, stopped, timeout_s=interval)
@@ -198,7 +198,7 @@ class Reconciler:
         if not keda and decision.replicas != current:
             await self.rt.api.merge_patch(worker.path, {"spec": {"replicas": decision.replicas}})
             workers_now = decision.replicas
-            kopf.info(
+            events.normal(
                 self.body, reason="Scaled", message=f"workers {current} -> {decision.replicas}: {decision.reason}"
             )
         if vllm and not keda and decision.engine_replicas is not None and decision.engine_replicas != engine_desired:
@@ -308,7 +308,7 @@ class Reconciler:
             return live
         logger.info("pool %s/%s: correcting drift of %s %s", self.namespace, self.name, owned.plural,
                     owned.body["metadata"]["name"])  # fmt: skip
-        kopf.info(self.body, reason="DriftCorrected", message=f"{owned.plural}/{owned.body['metadata']['name']}")
+        events.normal(self.body, reason="DriftCorrected", message=f"{owned.plural}/{owned.body['metadata']['name']}")
         return await self.rt.api.merge_patch(owned.path, patch)
 
     async def _write(self, desired: dict[str, Any]) -> None:

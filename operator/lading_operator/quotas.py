@@ -21,7 +21,7 @@ from lading import applying
 from lading.db import observed
 from lading.ids import TenantName
 from lading.models import specs
-from lading_operator import conditions, runtime, status
+from lading_operator import conditions, events, runtime, status
 
 logger = logging.getLogger("lading.operator.quotas")
 
@@ -62,7 +62,7 @@ async def apply(rt: runtime.Runtime, body: kopf.Body) -> None:
                                      message=_message(exc), generation=generation)  # fmt: skip
         await _write(rt, body, conditions.dump(status.TenantQuotaStatus(observed_generation=generation,
                                                                          conditions=[ready])))  # fmt: skip
-        kopf.warn(body, reason="InvalidSpec", message=_message(exc))
+        events.warning(body, reason="InvalidSpec", message=_message(exc))
         return
     async with rt.db.acquire() as conn:
         await applying.apply_tenant_quota(conn, quota)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import asyncpg
 from lading_operator import app, kube
+from lading_worker import running
 
+from lading.ids import PoolName
 from lading.jobs.states import JobState
+from lading.providers import builtin
+from lading.samples import generator
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from tests.integration.operator import conftest
-from tests.support import kube_emulator
+from tests.support import kube_emulator, waiting
 from tests.support.waiting import until
 
 BATCHES = "lading.dev/v1alpha1/extractionbatches"
@@ -175,3 +181,54 @@ async def test_delete_cancels_jobs_keeps_results_and_releases_the_finalizer(
     states = dict(await db.fetch("SELECT state, count(*) FROM extraction_jobs GROUP BY state"))
     assert states == {"SUCCEEDED": 1, "CANCELLED": 2}
     assert await db.fetchval("SELECT count(*) FROM batches") == 1
+
+
+async def test_a_real_worker_drives_the_status_to_completion(
+    emulator: kube_emulator.KubeEmulator,
+    api: kube.Client,
+    db: asyncpg.Connection,
+    dbpool: asyncpg.Pool,
+    operator: Any,
+) -> None:
+    samples = generator.generate(24, seed=11)
+    expected = collections.Counter(s.expected_state for s in samples)
+    await conftest.create_quota(api, "acme", ["acme"])
+    await conftest.create_pool(api, "acme", "builtin")
+    body = conftest.batch_body("acme", "real", documents=1)
+    body["spec"]["documents"] = [{"key": s.key, "text": s.text} for s in samples]
+    await api.create(conftest.batch_path("acme"), body)
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "real", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+
+    settings = WorkerSettings(
+        pool=PoolName("acme/builtin"),
+        lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.1),
+        claimer=ClaimerSettings(concurrency=8, batch_size=8, poll_interval_s=0.05),
+        reaper=ReaperSettings(interval_s=0.1),
+        attempt=AttemptSettings(backoff_base_s=0.01, backoff_cap_s=0.02, timeout_s=5),
+        shutdown_grace_s=5.0,
+    )
+    worker = running.Worker(dbpool, settings=settings, provider=builtin.BuiltinProvider())
+    async with waiting.running(worker.run):
+        done = await kube_emulator.wait_for(
+            emulator, BATCHES, "acme", "real", lambda o: o.get("status", {}).get("phase") in ("Completed", "Failed"),
+            timeout_s=60,
+        )  # fmt: skip
+    status = done["status"]
+    assert status["phase"] == "Completed"
+    assert status["total"] == 24
+    assert status["succeeded"] == expected["SUCCEEDED"]
+    assert status["reviewRequired"] == expected["REVIEW_REQUIRED"]
+    assert status["failed"] == expected["FAILED_TERMINAL"]
+    assert status["ready"] == status["running"] == status["retryScheduled"] == 0
+    assert "completedAt" in status
+    if expected["FAILED_TERMINAL"]:
+        keys = {f["documentKey"] for f in status["recentFailures"]}
+        assert keys == {s.key for s in samples if s.expected_state == "FAILED_TERMINAL"}
+    reasons = {
+        e.get("reason")
+        for e in (emulator.get("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
+        if e
+    }
+    assert {"Admitted", "Completed"} <= reasons
