@@ -10,7 +10,9 @@ delivery durably (inbox row + ledger row, synchronous_commit on) before answerin
 
 Reports deliveries/s end to end (first claim to last DELIVERED commit), the receiver's accepted/s
 (its inbox rows over the span of their receipt times), and CPU seconds of the dispatcher
-process. Target: >= 500 deliveries/s end to end.
+process. Target: >= 500 deliveries/s end to end. One more, informational run sends to a null
+receiver (a separate process answering 204 at once, no verification, no database): the
+dispatcher's own ceiling, to tell which side a result is bound by.
 """
 
 from __future__ import annotations
@@ -103,6 +105,43 @@ async def _receiver(url: str) -> AsyncIterator[str]:
         await process.wait()
 
 
+NULL_RECEIVER = """
+import asyncio, sys
+from aiohttp import web
+async def ok(_):
+    return web.Response(status=204)
+async def main():
+    app = web.Application()
+    app.router.add_post("/webhooks/lading", ok)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = [a[1] for a in runner.addresses if isinstance(a, tuple)][0]
+    print(f"listening on http://127.0.0.1:{port}/webhooks/lading", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+@contextlib.asynccontextmanager
+async def _null_receiver() -> AsyncIterator[str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", NULL_RECEIVER, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        found = re.search(r"listening on (\S+)", line)
+        if not found:
+            raise RuntimeError(f"the null receiver did not start: {line!r}")
+        yield found.group(1)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+
 async def _run(pool: asyncpg.Pool, conn: asyncpg.Connection, concurrency: int, lanes: int) -> dict[str, Any]:
     settings = DeliverySettings(concurrency=concurrency, lanes=lanes, poll_interval_s=0.02)
     dispatcher = dispatching.Dispatcher(
@@ -156,6 +195,10 @@ async def bench_delivery(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                 await _prepare(conn, f"delivery-{i}", receiver_url)
                 runs.append(await _run(pool, conn, concurrency, lanes))
                 print(f"bench: delivery {runs[-1]}", file=sys.stderr, flush=True)
+        async with _null_receiver() as null_url:
+            await _prepare(conn, "delivery-null", null_url)
+            null_run = await _run(pool, conn, 64, 2)
+            print(f"bench: delivery (null receiver) {null_run}", file=sys.stderr, flush=True)
     finally:
         await pool.close()
         await conn.close()
@@ -166,6 +209,7 @@ async def bench_delivery(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
         "runs": runs,
         "deliveries_per_s_best": best["deliveries_per_s"],
         "every_run_complete": complete,
+        "null_receiver_run": {k: v for k, v in null_run.items() if not k.startswith("receiver_")},
     }
     targets = {"deliveries_per_s_min": TARGET_PER_S}
     return results, targets, complete and best["deliveries_per_s"] >= TARGET_PER_S

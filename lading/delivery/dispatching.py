@@ -68,6 +68,8 @@ USER_AGENT: Final = "lading-dispatcher/1"
 ERROR_MAX_CHARS: Final = 500
 """Stored errors are cut to this: an answer's text is the receiver's, not ours to keep whole."""
 REAP_BATCH: Final = 500
+VETTED_CACHE_MAX: Final = 10_000
+"""Verdicts kept (one per endpoint URL in practice); cleared when full, so the cache stays bounded."""
 
 DELIVERED, RETRY, REFUSED, AUTH, AMBIGUOUS, EGRESS, INVALID = (
     "delivered", "retry", "refused", "auth", "ambiguous", "egress", "invalid",
@@ -250,6 +252,9 @@ class Dispatcher:
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._missing_secret_logged: set[str] = set()
+        self._vetted: dict[tuple[str, tuple[egress.IPNetwork, ...]], yarl.URL | egress.EgressRefused] = {}
+        """vet_url's verdict per (URL, allowance): pure, so computed once per endpoint URL. Names are
+        still resolved and vetted on every attempt, by the resolver."""
         self._last_health = 0.0
         self._last_reap = 0.0
 
@@ -358,11 +363,19 @@ class Dispatcher:
                 error=f"the body is {len(body)} bytes; at most {self.settings.max_body_bytes} are sent",
             )
         allowed = self.policy.allowance(endpoint.name)
-        try:
-            url = egress.vet_url(endpoint.url, allowed=allowed)
-        except egress.EgressRefused as exc:
+        vetted = self._vetted.get((endpoint.url, allowed))
+        if vetted is None:
+            try:
+                vetted = egress.vet_url(endpoint.url, allowed=allowed)
+            except egress.EgressRefused as exc:
+                vetted = exc
+            if len(self._vetted) >= VETTED_CACHE_MAX:
+                self._vetted.clear()
+            self._vetted[(endpoint.url, allowed)] = vetted
+        if isinstance(vetted, egress.EgressRefused):
             metrics.DELIVERY_EGRESS_REFUSED.labels(endpoint.name).inc()
-            return AttemptOutcome(EGRESS, error_class="EgressRefused", error=str(exc))
+            return AttemptOutcome(EGRESS, error_class="EgressRefused", error=str(vetted))
+        url = vetted
         return await self.post(url, endpoint=endpoint.name, delivery_id=str(claimed.id), body=body, keys=keys,
                                allowed=allowed)
 
