@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 import kopf
 import pydantic
 
@@ -124,9 +125,15 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
     async def apply_endpoint(body: kopf.Body, **_: Any) -> None:
         await reconcile(rt, body, mirror=True)
 
-    @kopf.timer(*resource, interval=rt.settings.quota_interval_s, registry=registry_)
+    @kopf.timer(
+        *resource, interval=rt.settings.quota_interval_s, backoff=rt.settings.quota_interval_s, registry=registry_
+    )
     async def endpoint_health(body: kopf.Body, **_: Any) -> None:
-        await reconcile(rt, body, mirror=False)
+        try:
+            await reconcile(rt, body, mirror=False)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
+            # The next tick retries; kopf's own error backoff would pause the refresh for a minute.
+            logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
 
     @kopf.on.delete(*resource, optional=True, registry=registry_)
     async def forget_endpoint(name: str, namespace: str | None, **_: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 import kopf
 import pydantic
 
@@ -21,7 +22,7 @@ from lading import applying
 from lading.db import observed
 from lading.ids import TenantName
 from lading.models import specs
-from lading_operator import conditions, events, runtime, status
+from lading_operator import conditions, events, kube, runtime, status
 
 logger = logging.getLogger("lading.operator.quotas")
 
@@ -104,6 +105,16 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
     async def apply_quota(body: kopf.Body, **_: Any) -> None:
         await apply(rt, body)
 
-    @kopf.timer(*resource, id="usage", interval=rt.settings.quota_interval_s, registry=registry_)
+    @kopf.timer(
+        *resource,
+        id="usage",
+        interval=rt.settings.quota_interval_s,
+        backoff=rt.settings.quota_interval_s,
+        registry=registry_,
+    )
     async def usage(body: kopf.Body, **_: Any) -> None:
-        await refresh(rt, body)
+        try:
+            await refresh(rt, body)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
+            # The next tick retries; kopf's own error backoff would pause the refresh for a minute.
+            logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
