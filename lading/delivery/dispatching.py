@@ -328,11 +328,23 @@ class Dispatcher:
                 )
         if not claimed:
             return DispatchResult()
-        outcomes = await asyncio.gather(
-            *(self._attempt(by_name[c.endpoint], c, keys[c.endpoint]) for c in claimed)
+        results = await asyncio.gather(
+            *(self._attempt(by_name[c.endpoint], c, keys[c.endpoint]) for c in claimed), return_exceptions=True
         )
+        outcomes = [
+            self._unexpected(c, r) if isinstance(r, BaseException) else r
+            for c, r in zip(claimed, results, strict=True)
+        ]
         await failpoints.ahit("delivery.after_send_before_record")
         return await self._record(claimed, outcomes, by_name)
+
+    def _unexpected(self, claimed: deliveries.ClaimedDelivery, exc: BaseException) -> AttemptOutcome:
+        """A bug or an unforeseen error in one attempt: logged, and recorded as an attempt that may have
+        been sent (so the delivery is retried, and ends UNKNOWN_EXTERNAL rather than lost or doubled)."""
+        if not isinstance(exc, Exception):
+            raise exc  # cancellation, KeyboardInterrupt: not an attempt's outcome
+        logger.error("Delivery %s: unexpected %s", claimed.id, type(exc).__name__, exc_info=exc)
+        return AttemptOutcome(AMBIGUOUS, error_class="DispatcherError", error=f"unexpected {type(exc).__name__}")
 
     def _keys(self, endpoint: str) -> tuple[signing.SigningKey, ...]:
         try:

@@ -115,3 +115,24 @@ async def test_an_allow_listed_cidr_permits_what_is_otherwise_refused_and_only_f
     assert (await _attempt(db, refused)).error_class == "EgressRefused"
     assert (await helpers.delivery_of(db, allowed)).state == "DELIVERED"
     assert len(erp.requests) == 1
+
+
+class BrokenResolver(MapResolver):
+    async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        raise RuntimeError("a bug")
+
+
+async def test_an_unexpected_error_in_one_attempt_is_recorded_as_a_doubtful_attempt_and_the_dispatcher_goes_on(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool,
+) -> None:
+    await helpers.register(db, "http://erp.example.test/webhooks/lading")
+    [job_id] = await helpers.succeed(db)
+    async with helpers.dispatcher(dbpool, resolver=BrokenResolver({})) as d:
+        result = await d.run_once()
+    assert result.retried == 1
+    delivery = await helpers.delivery_of(db, job_id)
+    assert (delivery.state, delivery.last_error_class, delivery.ambiguous_attempts) == (
+        "RETRY_SCHEDULED", "DispatcherError", 1
+    )
