@@ -102,9 +102,8 @@ class Worker:
         s = self.settings
         pool = PoolName(s.pool)
         committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
-        executor = executing.Executor(
-            provider=provider, settings=s.attempt, limiter=await self._limiter(pool), fetcher=self.fetcher
-        )
+        limiter = await self._limiter(pool)
+        executor = executing.Executor(provider=provider, settings=s.attempt, limiter=limiter, fetcher=self.fetcher)
         claimer = claiming.Claimer(
             self.db,
             self.inflight,
@@ -153,6 +152,8 @@ class Worker:
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                     logger.error("Worker loop failed: %r", result)
+            if limiter is not None:
+                await limiter.close()  # its LISTEN connection goes back to the pool before the pool closes
         logger.info("Worker %s stopped", self.worker_id)
 
     async def _drain(self) -> None:
