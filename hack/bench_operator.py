@@ -91,7 +91,7 @@ def _admitted(obj: dict[str, Any] | None) -> bool:
 
 
 async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    async with kube_emulator.serving() as emulator:
+    async with kube_emulator.serving(validate=False) as emulator:
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = kube_emulator.write_kubeconfig(
                 pathlib.Path(tmp) / "kubeconfig", server=str(emulator.servers[0].url).rstrip("/")
@@ -121,7 +121,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                     admission_s: float | None = None
                     while time.perf_counter() - started < 120:
                         names = [b["metadata"]["name"] for b in bodies]
-                        if all(_admitted(emulator.get(BATCH_RESOURCE, NAMESPACE, name)) for name in names):
+                        if all(_admitted(emulator.stored(BATCH_RESOURCE, NAMESPACE, name)) for name in names):
                             admission_s = time.perf_counter() - started
                             break
                         await asyncio.sleep(0.05)
@@ -132,7 +132,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                     await asyncio.sleep(STEADY_WINDOW_S)
                     steady_requests = emulator.count() - steady_from
                     steady_breakdown = emulator.breakdown(steady_from)
-                    sample = emulator.get(BATCH_RESOURCE, NAMESPACE, "batch-000") or {}
+                    sample = emulator.stored(BATCH_RESOURCE, NAMESPACE, "batch-000") or {}
                     annotations = sample.get("metadata", {}).get("annotations", {})
             finally:
                 process.terminate()

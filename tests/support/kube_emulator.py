@@ -46,8 +46,9 @@ import yaml
 from kmock._internal import apps, enums, rendering
 
 from lading.models import specs
+from tests.support import crd_schema
 
-CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "operator" / "lading_operator" / "crds"
+CRD_DIR = pathlib.Path(__file__).resolve().parents[2] / "crds"
 
 BACKBONE: dict[str, kmock.ResourceInfo] = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs={"list", "watch", "get"}),
@@ -124,12 +125,28 @@ def _generation_relevant(body: Mapping[str, Any]) -> dict[str, Any]:
 class KubeEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with API-server bookkeeping (see the module docstring)."""
 
+    validate: bool = True
+    """Check Lading's custom resources against their CRD (schema, defaults, CEL) like the API server."""
     _versions: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _crds: dict[str, dict[str, Any]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         for key, info in {**BACKBONE, **lading_resources()}.items():
             self.resources[key] = info
+        if self.validate and CRD_DIR.is_dir():
+            self._crds = {crd["spec"]["names"]["plural"]: crd for crd in crd_schema.load_crds(CRD_DIR).values()}
+
+    def _admit(self, resource: kmock.resource, new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        """Defaults and validation of a Lading object, as the API server does; 422 with the reasons."""
+        crd = self._crds.get(str(resource.plural)) if resource.group == specs.GROUP else None
+        if crd is None:
+            return new
+        defaulted = crd_schema.apply_defaults(crd_schema.openapi_schema(crd), new)
+        problems = crd_schema.admission_errors(crd, defaulted, old)
+        if problems:
+            raise kmock.KubernetesError(status=422, reason="Invalid", message="; ".join(problems)[:2000])
+        return dict(defaulted)
 
     # --- What tests use.
 
@@ -148,7 +165,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             counts[f"{action} {what}"] += 1
         return dict(counts.most_common())
 
-    def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def stored(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         key = (kmock.resource(resource), namespace, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
@@ -180,7 +197,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             gone = await self._update(request)
         else:
             gone = await self._delete(request)
-        key = (request.resource, request.namespace, request.name)
+        key = (request.resource, request.namespace, str(request.name))
         async with self._lock:
             raw = copy.deepcopy(self.objects[key].raw)
             if gone is not None:
@@ -207,6 +224,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             generation=1,
         )
         key = (request.resource, meta.get("namespace"), meta["name"])
+        body = self._admit(request.resource, body, None)
         async with self._lock:
             if key in self.objects and not self.objects[key].deleted:
                 raise kmock.KubernetesError(
@@ -221,7 +239,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     async def _update(self, request: rendering.Request) -> Any:
         assert request.resource is not None
-        key = (request.resource, request.namespace, request.name)
+        key = (request.resource, request.namespace, str(request.name))
         content_type = request.headers.get("Content-Type", "")
         async with self._lock:
             if key not in self.objects or self.objects[key].deleted:
@@ -265,6 +283,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             new_meta["generation"] = old["metadata"].get("generation", 1)
             if new == old:
                 return None  # a no-op patch changes nothing, not even the resourceVersion
+            new = self._admit(request.resource, new, old)
             if _generation_relevant(new) != _generation_relevant(old):
                 new_meta["generation"] = new_meta["generation"] + 1
             new_meta["resourceVersion"] = str(next(self._versions))
@@ -276,7 +295,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     async def _delete(self, request: rendering.Request) -> Any:
         assert request.resource is not None
-        key = (request.resource, request.namespace, request.name)
+        key = (request.resource, request.namespace, str(request.name))
         async with self._lock:
             if key not in self.objects or self.objects[key].deleted:
                 raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
@@ -307,9 +326,9 @@ def _merge(target: Any, patch: Any) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[KubeEmulator]:
-    """The emulator on a loopback port for the block; `emulator.url` is its base URL."""
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
+async def serving(*, validate: bool = True) -> AsyncIterator[KubeEmulator]:
+    """The emulator on a loopback port for the block; `emulator.servers[0].url` is its base URL."""
+    async with KubeEmulator(validate=validate) as emulator, kmock.Server(emulator):
         yield emulator
 
 
@@ -342,7 +361,7 @@ async def wait_for(
     deadline = asyncio.get_running_loop().time() + timeout_s
     last: dict[str, Any] | None = None
     while True:
-        last = emulator.get(resource, namespace, name)
+        last = emulator.stored(resource, namespace, name)
         if last is not None and predicate(last):
             return last
         if asyncio.get_running_loop().time() > deadline:

@@ -6,6 +6,7 @@ import collections
 from typing import Any
 
 import asyncpg
+import pytest
 from lading_operator import app, kube
 from lading_worker import running
 
@@ -175,7 +176,7 @@ async def test_delete_cancels_jobs_keeps_results_and_releases_the_finalizer(
     assert await api.delete(conftest.batch_path("acme", "doomed"))
 
     async def gone() -> bool:
-        return emulator.get(BATCHES, "acme", "doomed") is None
+        return emulator.stored(BATCHES, "acme", "doomed") is None
 
     await until(gone, timeout_s=20)
     states = dict(await db.fetch("SELECT state, count(*) FROM extraction_jobs GROUP BY state"))
@@ -228,7 +229,25 @@ async def test_a_real_worker_drives_the_status_to_completion(
         assert keys == {s.key for s in samples if s.expected_state == "FAILED_TERMINAL"}
     reasons = {
         e.get("reason")
-        for e in (emulator.get("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
+        for e in (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
         if e
     }
     assert {"Admitted", "Completed"} <= reasons
+
+
+async def test_the_emulator_rejects_what_the_api_server_would(api: kube.Client) -> None:
+    body = conftest.batch_body("acme", "bad", documents=1)
+    body["spec"]["priority"] = "urgent"
+    with pytest.raises(kube.KubeError) as rejected:
+        await api.create(conftest.batch_path("acme"), body)
+    assert rejected.value.status == 422 and "priority" in str(rejected.value)
+    created = await api.create(conftest.batch_path("acme"), conftest.batch_body("acme", "good", documents=1))
+    assert created["spec"]["priority"] == "normal", "defaults are applied"
+    with pytest.raises(kube.KubeError) as immutable:
+        await api.merge_patch(
+            conftest.batch_path("acme", "good"), {"spec": {"schema": "invoice.v1", "deadlineSeconds": 120}}
+        )
+    assert immutable.value.status == 422
+    with pytest.raises(kube.KubeError) as bad_status:
+        await api.merge_patch(conftest.batch_path("acme", "good", sub="status"), {"status": {"phase": "Exploded"}})
+    assert bad_status.value.status == 422

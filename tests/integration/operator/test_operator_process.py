@@ -70,7 +70,7 @@ async def test_operator_killed_mid_admission_and_restarted_inserts_nothing_twice
     try:
 
         async def all_running() -> bool:
-            objects = [emulator.get(BATCHES, "acme", n) for n in ("one", "two", "three")]
+            objects = [emulator.stored(BATCHES, "acme", n) for n in ("one", "two", "three")]
             return all(o is not None and o.get("status", {}).get("phase") == "Running" for o in objects)
 
         await until(all_running, timeout_s=30)
@@ -85,7 +85,7 @@ async def test_operator_killed_mid_admission_and_restarted_inserts_nothing_twice
     )
     assert duplicates == 0
     for name, documents in (("one", 40), ("two", 30), ("three", 20)):
-        obj = emulator.get(BATCHES, "acme", name)
+        obj = emulator.stored(BATCHES, "acme", name)
         assert obj is not None and obj["status"]["total"] == documents
 
 

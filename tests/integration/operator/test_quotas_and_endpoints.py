@@ -90,7 +90,7 @@ async def test_endpoint_needs_its_signing_secret_and_never_shows_its_value(
     assert _condition(ready, "Ready")["status"] == "True"
 
     # The value is nowhere: not in the endpoint, its events, the endpoints table or the logs.
-    everything = json.dumps([ready, *(emulator.get("v1/events", "acme", n) for n in emulator.names("v1/events"))])
+    everything = json.dumps([ready, *(emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events"))])
     stored = json.dumps([dict(r) for r in await db.fetch("SELECT * FROM endpoints")], default=str)
     for text in (everything, stored, caplog.text):
         assert SIGNING_SECRET not in text
@@ -101,7 +101,8 @@ async def test_endpoint_health_from_the_dispatcher_is_mirrored(
     emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
 ) -> None:
     has_health = await db.fetchval(
-        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'endpoints' AND column_name = 'auth_failing'"
+        "SELECT count(*) FROM information_schema.columns "
+        "WHERE table_name = 'endpoints' AND column_name = 'auth_failing'"
     )
     if not has_health:
         pytest.skip("the dispatcher's endpoint health columns are not in this schema")
@@ -112,9 +113,12 @@ async def test_endpoint_health_from_the_dispatcher_is_mirrored(
     await kube_emulator.wait_for(
         emulator, ENDPOINTS, "acme", "erp", lambda o: _condition_or_none(o, "Ready", "Registered")
     )
-    await db.execute(
-        "UPDATE endpoints SET auth_failing = true, last_auth_status = 401, breaker_state = 'open' WHERE name = 'acme/erp'"
+    await _wait_row(db, "SELECT 1 FROM endpoints WHERE name = 'acme/erp'")
+    updated = await db.execute(
+        "UPDATE endpoints SET auth_failing = true, last_auth_status = 401, breaker_state = 'open' "
+        "WHERE name = 'acme/erp'"
     )
+    assert updated == "UPDATE 1"
     failing = await kube_emulator.wait_for(
         emulator, ENDPOINTS, "acme", "erp", lambda o: _condition_or_none(o, "AuthFailing", "AuthRejected")
     )
