@@ -29,6 +29,11 @@ CREATE FUNCTION lading_claim_rank(available_at timestamptz, priority smallint) R
     SELECT available_at + make_interval(secs => 300 * priority)
 $$;
 
+-- Priority classes are 0, 1 and 2 (accepting.PRIORITIES), so a due job ranks no later than
+-- 600 s from now: a claim's index scan stops there instead of reading the jobs whose retries
+-- are due much later. (NOT VALID: acceptance only ever wrote these three.)
+ALTER TABLE extraction_jobs ADD CONSTRAINT priority_class CHECK (priority BETWEEN 0 AND 2) NOT VALID;
+
 -- The claim's path to a tenant's next jobs, best rank first.
 CREATE INDEX extraction_jobs_fair_claimable
     ON extraction_jobs (pool, tenant, lading_claim_rank(available_at, priority), id)
@@ -173,6 +178,7 @@ BEGIN
        AND EXISTS (SELECT 1 FROM extraction_jobs j
                     WHERE j.pool = p_pool AND j.tenant = q.tenant
                       AND j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
+                      AND lading_claim_rank(j.available_at, j.priority) <= now_ + interval '600 seconds'
                       AND j.available_at <= now_ AND j.deadline_at > now_ AND j.attempt < j.max_attempts);
     n := coalesce(cardinality(names), 0);
     IF n = 0 THEN
