@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import socket
 import subprocess
 import sys
+from typing import Any
 
 import asyncpg
 import pytest
@@ -21,6 +23,24 @@ TRUTH = ROOT / "examples" / "invoices" / "truth.jsonl"
 pytestmark = pytest.mark.slow
 
 
+def _quickstart_documents() -> list[dict[str, Any]]:
+    """The quickstart's documents, its webhook moved to a free port: concurrent runs never collide on 8787."""
+    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for document in documents:
+        if document["kind"] == "DeliveryEndpoint":
+            document["spec"]["url"] = document["spec"]["url"].replace(":8787/", f":{port}/")
+    return documents
+
+
+def _quickstart(tmp_path: pathlib.Path) -> str:
+    path = tmp_path / "quickstart.yaml"
+    path.write_text(yaml.safe_dump_all(_quickstart_documents(), allow_unicode=True))
+    return str(path)
+
+
 def _lading(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", *args],
@@ -29,9 +49,9 @@ def _lading(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[s
 
 
 async def test_the_sample_set_ends_in_the_states_its_ground_truth_expects(
-        db: asyncpg.Connection, database_url: str
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
 ) -> None:
-    done = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+    done = await asyncio.to_thread(_lading, "run", _quickstart(tmp_path), "--database-url", database_url, "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     [batch] = summary["batches"]
@@ -63,12 +83,15 @@ async def test_the_sample_set_ends_in_the_states_its_ground_truth_expects(
             assert got == want, sample["key"]
 
 
-async def test_running_the_same_manifests_again_accepts_nothing_new(db: asyncpg.Connection, database_url: str) -> None:
-    first = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+async def test_running_the_same_manifests_again_accepts_nothing_new(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    quickstart = _quickstart(tmp_path)
+    first = await asyncio.to_thread(_lading, "run", quickstart, "--database-url", database_url, "--json")
     assert first.returncode == 0, first.stderr
     jobs_before = await db.fetchval("SELECT count(*) FROM extraction_jobs")
     attempts_before = await db.fetchval("SELECT count(*) FROM job_attempts")
-    again = await asyncio.to_thread(_lading, "run", str(QUICKSTART), "--database-url", database_url, "--json")
+    again = await asyncio.to_thread(_lading, "run", quickstart, "--database-url", database_url, "--json")
     assert again.returncode == 0, again.stderr
     assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == jobs_before
     assert await db.fetchval("SELECT count(*) FROM job_attempts") == attempts_before
@@ -116,7 +139,7 @@ async def test_bad_manifests_are_rejected_with_file_document_and_field_and_nothi
 async def test_a_run_that_cannot_finish_in_time_exits_non_zero(
         db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
 ) -> None:
-    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    documents = _quickstart_documents()
     [pool] = [d for d in documents if d["kind"] == "InferencePool"]
     pool["spec"]["builtin"] = {"latencyMs": 600000}  # the model never answers in time
     manifest = tmp_path / "slow.yaml"
@@ -132,7 +155,7 @@ async def test_a_run_that_cannot_finish_in_time_exits_non_zero(
 async def test_a_pool_on_an_openai_compatible_endpoint_runs_with_the_key_from_its_secret(
         db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
 ) -> None:
-    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    documents = _quickstart_documents()
     [pool] = [d for d in documents if d["kind"] == "InferencePool"]
     [batch] = [d for d in documents if d["kind"] == "ExtractionBatch"]
     batch["spec"]["documents"] = batch["spec"]["documents"][:10]
@@ -162,7 +185,7 @@ async def test_a_pool_on_an_openai_compatible_endpoint_runs_with_the_key_from_it
 async def test_deliveries_to_an_endpoint_that_is_not_on_this_machine_are_refused_by_the_egress_policy(
         db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
 ) -> None:
-    documents = list(yaml.safe_load_all(QUICKSTART.read_text()))
+    documents = _quickstart_documents()
     [endpoint] = [d for d in documents if d["kind"] == "DeliveryEndpoint"]
     [batch] = [d for d in documents if d["kind"] == "ExtractionBatch"]
     batch["spec"]["documents"] = batch["spec"]["documents"][:5]
