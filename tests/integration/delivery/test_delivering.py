@@ -287,3 +287,32 @@ async def test_of_two_dispatchers_only_one_probes_a_half_open_endpoint(
             rounds = await asyncio.gather(one.run_once(), two.run_once())
     assert sorted(r.claimed for r in rounds) == [0, 1]
     assert len(erp.requests) == sent + 1
+
+
+async def test_a_body_over_the_limit_is_not_sent_and_fails_naming_its_size(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool,
+) -> None:
+    settings = DeliverySettings(**{**helpers.FAST.__dict__, "max_body_bytes": 2048})
+    async with erp_stub.running() as erp:
+        await helpers.register(db, erp.webhook_url)
+        [job_id] = await helpers.succeed(db, result={"notes": "x" * 4096})
+        async with helpers.dispatcher(dbpool, settings=settings) as d:
+            assert (await d.run_once()).failed == 1
+    assert erp.requests == []
+    delivery = await helpers.delivery_of(db, job_id)
+    assert (delivery.state, delivery.last_error_class) == ("FAILED_TERMINAL", "BodyTooLarge")
+    assert delivery.last_error is not None and "at most 2048 are sent" in delivery.last_error
+
+
+async def test_unknown_external_deliveries_are_counted_per_endpoint_for_alerting(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool,
+) -> None:
+    settings = DeliverySettings(**{**helpers.FAST.__dict__, "read_timeout_s": 0.3, "total_timeout_s": 0.5})
+    async with erp_stub.running() as erp:
+        erp.reply = erp_stub.hang()
+        await helpers.register(db, erp.webhook_url, max_attempts=1)
+        await helpers.succeed(db, count=3)
+        async with helpers.dispatcher(dbpool, settings=settings) as d:
+            assert (await d.run_once()).unknown == 3
+            await d.refresh_health()
+    assert metrics.DELIVERIES_UNKNOWN_EXTERNAL.labels(helpers.ENDPOINT)._value.get() == 3
