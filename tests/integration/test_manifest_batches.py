@@ -452,3 +452,19 @@ def test_accept_batch_refuses_inline_documents_and_a_manifest_together(tmp_path:
     spooled = manifests.Spooled(uri="file:///m", path=tmp_path / "m.csv", documents=1, total_bytes=1)
     both = accepting.BatchRequest(**{**request.__dict__, "manifest": spooled})
     assert both.document_count == 1
+
+
+async def test_uris_with_commas_quotes_and_backslashes_survive_the_bulk_load(
+        db: asyncpg.Connection, tmp_path: pathlib.Path
+) -> None:
+    await factories.seed(db)
+    odd = ['file:///data/a,b.txt', 'file:///data/"quoted".txt', "file:///data/back\\slash.txt", "https://h/x?a=1,2&b=\"3\""]
+    lines = [manifest_line(f"k{i}", uri, f"text {i}".encode()) for i, uri in enumerate(odd)]
+    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    await applying.admit_batch(
+        db, batch((tmp_path / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+    )
+    stored = await db.fetch(
+        "SELECT d.uri FROM job_documents d JOIN extraction_jobs j ON j.id = d.job_id ORDER BY j.ordinal"
+    )
+    assert [r["uri"] for r in stored] == odd
