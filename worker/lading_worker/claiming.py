@@ -3,12 +3,12 @@ The claimer: keeps up to `concurrency` model calls in flight, claiming in batche
 
 One round trip claims up to `batch_size` jobs (READY or due RETRY_SCHEDULED, shared fairly
 among the pool's tenants within their in-flight caps and token budgets, by aged priority
-inside each tenant's share, SKIP LOCKED; docs/fairness.md) and opens their attempt rows. Claimed jobs wait in a local queue
-(at most `prefetch` beyond the free slots) and each starts as its own task, executor ->
-committer, as soon as a slot is free: a slot frees the moment its model call returns. When
-there is nothing to claim, the claimer sleeps until a NOTIFY says new work arrived for its
-pool, a slot frees up, or the poll interval passes. When it stops, queued jobs that never
-started are released for other workers at once.
+inside each tenant's share, SKIP LOCKED; docs/fairness.md) and opens their attempt rows.
+Claimed jobs wait in a local queue (at most `prefetch` beyond the free slots) and each
+starts as its own task, executor -> committer, as soon as a slot is free: a slot frees the
+moment its model call returns. When there is nothing to claim, the claimer sleeps until a
+NOTIFY says new work arrived for its pool, a slot frees up, or the poll interval passes.
+When it stops, queued jobs that never started are released for other workers at once.
 """
 
 from __future__ import annotations
