@@ -84,6 +84,12 @@ async def _until_ready(
     raise RuntimeError("the operator did not start watching within 60 s")
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _admitted(obj: dict[str, Any] | None) -> bool:
     if obj is None:
         return False
@@ -114,6 +120,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                     await asyncio.sleep(1.0)  # the pool is mirrored before the burst (it is not what is measured)
                     bodies = [_batch(i) for i in range(BATCHES)]
                     requests_before = emulator.count()
+                    cpu_before = _cpu_s(process.pid)
                     started = time.perf_counter()
                     collection = kube.path(GROUP_VERSION, "extractionbatches", namespace=NAMESPACE)
                     await asyncio.gather(*(api.create(collection, body) for body in bodies))
@@ -125,12 +132,15 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                             admission_s = time.perf_counter() - started
                             break
                         await asyncio.sleep(0.05)
+                    admission_cpu_s = _cpu_s(process.pid) - cpu_before
                     burst_requests = emulator.count() - requests_before
                     burst_breakdown = emulator.breakdown(requests_before)
                     await asyncio.sleep(SETTLE_S)
                     steady_from = emulator.count()
+                    steady_cpu_before = _cpu_s(process.pid)
                     await asyncio.sleep(STEADY_WINDOW_S)
                     steady_requests = emulator.count() - steady_from
+                    steady_cpu_s = _cpu_s(process.pid) - steady_cpu_before
                     steady_breakdown = emulator.breakdown(steady_from)
                     sample = emulator.stored(BATCH_RESOURCE, NAMESPACE, "batch-000") or {}
                     annotations = sample.get("metadata", {}).get("annotations", {})
@@ -145,6 +155,8 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
         "documents_per_batch": DOCUMENTS,
         "create_requests_s": round(created_s, 2),
         "all_admitted_s": None if admission_s is None else round(admission_s, 2),
+        "operator_cpu_s_during_admission": round(admission_cpu_s, 2),
+        "operator_cpu_s_per_steady_minute": round(steady_cpu_s * 60 / STEADY_WINDOW_S, 2),
         "api_requests_during_admission": burst_requests,
         "api_requests_per_batch_during_admission": round(burst_requests / BATCHES, 2),
         "steady_window_s": STEADY_WINDOW_S,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import copy
 import datetime
 import itertools
 import json
@@ -42,6 +41,7 @@ import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+import orjson
 import yaml
 from kmock._internal import apps, enums, rendering
 
@@ -169,7 +169,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         key = (kmock.resource(resource), namespace, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
-        return copy.deepcopy(self.objects[key].raw)
+        return self.objects[key].raw  # stored objects are never changed in place: no copy needed, do not mutate
 
     def names(self, resource: str, namespace: str | None = None) -> list[str]:
         wanted = kmock.resource(resource)
@@ -199,18 +199,18 @@ class KubeEmulator(kmock.KubernetesEmulator):
             gone = await self._delete(request)
         key = (request.resource, request.namespace, str(request.name))
         async with self._lock:
-            raw = copy.deepcopy(self.objects[key].raw)
+            raw = self.objects[key].raw
             if gone is not None:
                 self.objects[key].delete()
-                await self._buses[request.resource].put({"type": "DELETED", "object": copy.deepcopy(raw)})
+                await self._buses[request.resource].put({"type": "DELETED", "object": raw})
         return aiohttp.web.json_response(raw)
 
     async def _create(self, request: rendering.Request) -> dict[str, Any]:
         assert request.resource is not None
-        body = copy.deepcopy(request.data) if isinstance(request.data, dict) else None
-        if body is None:
+        if not isinstance(request.data, dict):
             raise kmock.KubernetesError(status=400, reason="BadRequest", message="the body must be a JSON object")
-        meta = body.setdefault("metadata", {})
+        body = dict(request.data)
+        body["metadata"] = meta = dict(body.get("metadata") or {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)
         if not meta.get("name"):
@@ -234,7 +234,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 self.objects[key].create(body)
             else:
                 self.objects[key] = body
-            await self._buses[request.resource].put({"type": "ADDED", "object": copy.deepcopy(body)})
+            await self._buses[request.resource].put({"type": "ADDED", "object": body})
         return body
 
     async def _update(self, request: rendering.Request) -> Any:
@@ -244,14 +244,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         async with self._lock:
             if key not in self.objects or self.objects[key].deleted:
                 raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
-            old = copy.deepcopy(self.objects[key].raw)
+            old = self.objects[key].raw
             status_only = request.subresource == "status"
             separate = self._has_status_subresource(request.resource)
             if "json-patch" in content_type:
                 if not isinstance(request.data, list):
                     raise kmock.KubernetesError(status=400, reason="BadRequest", message="a JSON patch is a list")
                 try:
-                    new = jsonpatch.apply_patch(old, request.data, in_place=False)
+                    new = jsonpatch.apply_patch(_clone(old), request.data, in_place=True)
                 except jsonpatch.JsonPatchTestFailed as exc:
                     raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
                 except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
@@ -275,7 +275,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     **{k: v for k, v in new.items() if k != "status"},
                     **({"status": old["status"]} if "status" in old else {}),
                 }
-            new_meta = new.setdefault("metadata", {})
+            new = dict(new)
+            new["metadata"] = new_meta = dict(new.get("metadata") or {})
             for fixed in ("uid", "creationTimestamp", "name", "namespace"):
                 if fixed in old.get("metadata", {}):
                     new_meta[fixed] = old["metadata"][fixed]
@@ -288,7 +289,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 new_meta["generation"] = new_meta["generation"] + 1
             new_meta["resourceVersion"] = str(next(self._versions))
             self.objects[key].create(new)
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": copy.deepcopy(new)})
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
             if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
                 return key
             return None
@@ -299,24 +300,32 @@ class KubeEmulator(kmock.KubernetesEmulator):
         async with self._lock:
             if key not in self.objects or self.objects[key].deleted:
                 raise kmock.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
-            current = copy.deepcopy(self.objects[key].raw)
-            meta = current.setdefault("metadata", {})
+            current = dict(self.objects[key].raw)
+            current["metadata"] = meta = dict(current.get("metadata") or {})
             if meta.get("deletionTimestamp"):
                 return None
             if meta.get("finalizers"):
                 meta["deletionTimestamp"] = _now()
                 meta["resourceVersion"] = str(next(self._versions))
                 self.objects[key].create(current)
-                await self._buses[request.resource].put({"type": "MODIFIED", "object": copy.deepcopy(current)})
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": current})
                 return None
             return key
 
 
+def _clone(value: Any) -> Any:
+    """A deep copy of JSON data (several times faster than copy.deepcopy for large objects)."""
+    return orjson.loads(orjson.dumps(value))
+
+
 def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge recursively, null removes, anything else replaces."""
+    """RFC 7386 JSON merge patch: objects merge recursively, null removes, anything else replaces.
+
+    Copy-on-write: parts of `target` the patch does not touch are shared, not copied. Stored objects
+    are never changed in place, so sharing is safe and a status patch of a large batch stays cheap."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
