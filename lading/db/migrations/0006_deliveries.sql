@@ -45,6 +45,8 @@ CREATE INDEX deliveries_leases ON deliveries (lease_until) WHERE state = 'IN_FLI
 -- The operator's path: deliveries waiting for a human.
 CREATE INDEX deliveries_settled_unsuccessfully ON deliveries (endpoint, created_at)
     WHERE state IN ('FAILED_TERMINAL', 'UNKNOWN_EXTERNAL');
+-- Counts per endpoint and state (metrics, the DeliveryEndpoint's status), as index-only scans.
+CREATE INDEX deliveries_by_endpoint_state ON deliveries (endpoint, state);
 
 -- Every attempt: what was tried, by whom, under which fence, and how it ended.
 CREATE TABLE delivery_attempts (
