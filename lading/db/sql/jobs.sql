@@ -30,8 +30,9 @@ WITH plan AS (
              FROM extraction_jobs j
             WHERE j.pool = $1 AND j.tenant = p.tenant
               AND j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
-              -- Due means ranked within 600 s of now (class 2 x 300 s): the scan stops there.
-              AND lading_claim_rank(j.available_at, j.priority) <= clock_timestamp() + interval '600 seconds'
+              -- Due means ranked within 600 s of now (class 2 x 300 s): the scan stops there. (The
+              -- statement's start, not clock_timestamp(): a bound an index scan can use.)
+              AND lading_claim_rank(j.available_at, j.priority) <= statement_timestamp() + interval '600 seconds'
               AND j.available_at <= clock_timestamp()
               AND j.deadline_at > clock_timestamp()
               AND j.attempt < j.max_attempts
