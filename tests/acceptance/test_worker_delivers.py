@@ -84,3 +84,32 @@ async def test_a_worker_delivers_signed_with_the_mounted_secret_and_a_killed_dis
 async def _accepted_then(db: asyncpg.Connection, n: int) -> bool:
     jobs_done = await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'SUCCEEDED'") == n
     return jobs_done and await _delivered(db, n)
+
+
+async def test_two_worker_processes_deliver_each_result_once_and_never_one_delivery_twice_at_a_time(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path,
+) -> None:
+    secrets_dir = tmp_path / "endpoint-secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "acme.erp").write_text(helpers.SECRET + "\n")
+    async with erp_stub.running() as erp:
+        erp.reply = erp_stub.slow(0.1)
+        await helpers.register(db, erp.webhook_url)
+        job_ids = await helpers.succeed(db, count=60)  # only the dispatchers have work: 60 x 0.1 s over 8 slots
+        args = [*ARGS, "--endpoint-secrets-dir", str(secrets_dir), "--delivery-concurrency", "4"]
+        workers = [
+            await processes.start_worker(database_url, factories.POOL, args=args, log=tmp_path / f"worker-{i}.log")
+            for i in range(2)
+        ]
+        try:
+            await waiting.until(lambda: _accepted_then(db, len(job_ids)), timeout_s=60)
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+            for worker in workers:
+                await asyncio.wait_for(worker.wait(), 30)
+    ids = erp.ids()
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == len(job_ids), "each result delivered exactly once"
+    assert max(erp.max_in_flight_per_id.values()) == 1
+    owners = {r["owner"] for r in await db.fetch("SELECT DISTINCT owner FROM delivery_attempts")}
+    assert len(owners) == 2, "both processes delivered"
