@@ -101,11 +101,6 @@ async def batch_delivered(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: 
     return int(await conn.fetchval(queries.sql("observed_batch_delivered"), batch_id))
 
 
-async def set_suspended(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: BatchId, suspended: bool) -> bool:
-    """Mark the batch (not) suspended; claimers skip suspended batches. False if it does not exist."""
-    return await conn.fetchval(queries.sql("batch_set_suspended"), batch_id, suspended) is not None
-
-
 async def tenant_usage(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> TenantUsage:
     row = await conn.fetchrow(queries.sql("observed_tenant_usage"), tenant)
     assert row is not None, "an aggregate always returns a row"

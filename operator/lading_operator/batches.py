@@ -7,7 +7,8 @@ One reconcile loop per batch (a kopf daemon, started on create and on operator s
     not admitted ──▶ applying.admit_batch (tenant from the namespace, quota, acceptance)
         │  rejected: Pending, Admitted=False with the core's reason; wait in the queue
         ▼
-    admitted ─────▶ mirror spec.suspend into batches.suspended; read the batch's counts;
+    admitted ─────▶ mirror spec.suspend into the batch and its jobs (`batches.set_suspended`);
+                    read the batch's counts;
                     write status when it changed; sleep until woken or the interval passes
 
 Admission is idempotent because acceptance is (keyed by tenant + `namespace/name/uid`): an
@@ -20,14 +21,18 @@ in an in-memory per-tenant waiting set (`Runtime.waiting`) and sleeps; whatever 
 exactly the waiting batches of that tenant: a batch of the tenant settling, shrinking its queue or
 being deleted, or the TenantQuota changing. The wait also has a long timeout
 (`idle_interval_s`) as a safety net, e.g. for room freed by another operator replica or by hand.
-Admissions of one tenant are serialised (a per-tenant lock), so two batches woken together cannot
-both squeeze into the same room; asyncio locks are FIFO, so waiting batches are admitted roughly in
-the order they asked. The waiting set is memory only: after a restart every batch's loop re-runs
-admission, so the queue rebuilds itself from the objects.
+Admissions of one tenant run concurrently while the tenant's known queue plus the jobs of the
+admissions in progress fit its quota (`runtime.TenantBudget`); when they would not, they are taken
+one at a time, after the running ones finished, so two batches woken together never squeeze into the
+same room (and the core's own quota check runs in every admission anyway). The waiting set is
+memory only: after a restart every batch's loop re-runs admission, so the queue rebuilds itself
+from the objects.
 
-Status is computed from PostgreSQL and patched only when it differs from what was last written,
-at most once per `status_interval_s` per batch unless an event of the object wakes it: API traffic
-at steady state is bounded by the number of batches, not of jobs.
+Status is computed from PostgreSQL and patched only when it differs from what was last written: a
+change of phase or of a condition at once, a change of counts and ages only at most once per
+`status_interval_s` per batch. The operator's own status writes do not wake the loop (only a new
+generation or a deletion does), so API traffic at steady state is bounded by the number of
+batches, not of jobs.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import kopf
 import pydantic
 
 from lading import applying, errors
-from lading.db import jobs, observed, registry
+from lading.db import batches, fairness, jobs, observed, registry
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
@@ -279,7 +284,7 @@ class Reconciler:
         assert self.admitted is not None and self.tenant is not None
         async with self.rt.db.acquire() as conn:
             if suspend != self.admitted.suspended:
-                await observed.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
+                await batches.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
                 message = "no new jobs of this batch are claimed" if suspend else "claiming resumed"
                 events.normal(self.body, reason="Suspended" if suspend else "Resumed", message=message)
             current = await observed.batch(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
@@ -294,7 +299,8 @@ class Reconciler:
             delivered = None
             if self.rt.has_deliveries and current.endpoint is not None:
                 delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
-        desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend)
+            budget = await fairness.tenant_budget(conn, tenant=self.tenant)
+        desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend, budget=budget)
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
             if failures and failed > max(self.failures_at, 0):
@@ -334,6 +340,7 @@ class Reconciler:
         failures: list[observed.Failure] | None,
         delivered: int | None,
         suspend: bool,
+        budget: fairness.TenantBudget | None = None,
     ) -> dict[str, Any]:
         c = current.counts
         generation = self.body.metadata.get("generation")
@@ -371,6 +378,17 @@ class Reconciler:
                 reason="AllDelivered" if delivered >= good and settled else "DeliveriesPending",
                 message=f"{delivered} of {good} results delivered", generation=generation,
             ))  # fmt: skip
+        if budget is not None and budget.budget is not None:
+            spent = f"tenant {self.tenant} used {budget.used} of {budget.budget} tokens today"
+            waits = f"{spent}; jobs wait until {status.rfc3339(budget.resets_at)}"
+            conds.append(
+                conditions.condition(
+                    previous, type="BudgetExhausted", value=budget.exhausted and not settled,
+                    reason="DailyTokenBudgetSpent" if budget.exhausted else "WithinBudget",
+                    message=waits if budget.exhausted else spent,
+                    generation=generation,
+                )
+            )  # fmt: skip
         recent: list[status.RecentFailure] | None = None
         if failures is not None:
             recent = [

@@ -19,7 +19,7 @@ import kopf
 import pydantic
 
 from lading import applying
-from lading.db import observed
+from lading.db import fairness, observed
 from lading.ids import TenantName
 from lading.models import specs
 from lading_operator import conditions, events, kube, runtime, status
@@ -81,16 +81,29 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
         return
     async with rt.db.acquire() as conn:
         usage = await observed.tenant_usage(conn, tenant=TenantName(quota.metadata.name))
+        budget = await fairness.tenant_budget(conn, tenant=TenantName(quota.metadata.name))
     ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
                                  message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
                                  generation=generation)  # fmt: skip
+    conds = [ready]
+    if budget is not None and budget.budget is not None:
+        conds.append(
+            conditions.condition(
+                previous, type="BudgetExhausted", value=budget.exhausted,
+                reason="DailyTokenBudgetSpent" if budget.exhausted else "WithinBudget",
+                message=f"{budget.used} of {budget.budget} tokens used today; resets at "
+                f"{status.rfc3339(budget.resets_at)}",
+                generation=generation,
+            )
+        )  # fmt: skip
     desired = conditions.dump(
         status.TenantQuotaStatus(
             observed_generation=generation,
             queued_jobs=usage.queued_jobs,
             queued_bytes=usage.queued_bytes,
             in_flight=usage.in_flight,
-            conditions=[ready],
+            tokens_today=budget.used if budget is not None else None,
+            conditions=conds,
         )
     )
     await _write(rt, body, desired)

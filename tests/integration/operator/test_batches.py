@@ -57,7 +57,12 @@ async def test_batch_is_admitted_and_status_follows_the_work_to_completion(
     assert _condition(running, "Admitted")["status"] == "True"  # type: ignore[index]
     assert running["metadata"]["finalizers"] == [app.FINALIZER]
     assert await _jobs(db) == 5
-    assert emulator.names("v1/events", "acme"), "an Admitted event was posted"
+
+    async def admitted_event() -> bool:
+        stored = (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
+        return "Admitted" in {e.get("reason") for e in stored if e}
+
+    await until(admitted_event, timeout_s=10)
 
     await _finish_all(db)
     done = await kube_emulator.wait_for(
@@ -153,10 +158,12 @@ async def test_suspend_and_resume(
     )
     assert suspended["metadata"]["generation"] == 2
     assert await db.fetchval("SELECT suspended FROM batches") is True
+    assert await db.fetchval("SELECT bool_and(suspended) FROM extraction_jobs") is True, "no job is claimable"
 
     await api.merge_patch(conftest.batch_path("acme", "b"), {"spec": {"suspend": False}})
     await kube_emulator.wait_for(emulator, BATCHES, "acme", "b", lambda o: o["status"]["phase"] == "Running")
     assert await db.fetchval("SELECT suspended FROM batches") is False
+    assert await db.fetchval("SELECT bool_or(suspended) FROM extraction_jobs") is False
 
 
 async def test_delete_cancels_jobs_keeps_results_and_releases_the_finalizer(
@@ -227,12 +234,13 @@ async def test_a_real_worker_drives_the_status_to_completion(
     if expected["FAILED_TERMINAL"]:
         keys = {f["documentKey"] for f in status["recentFailures"]}
         assert keys == {s.key for s in samples if s.expected_state == "FAILED_TERMINAL"}
-    reasons = {
-        e.get("reason")
-        for e in (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
-        if e
-    }
-    assert {"Admitted", "Completed"} <= reasons
+
+    # Events are posted asynchronously (kopf's posting queue): wait for them rather than race.
+    async def posted() -> bool:
+        stored = (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
+        return {"Admitted", "Completed"} <= {e.get("reason") for e in stored if e}
+
+    await until(posted, timeout_s=10)
 
 
 async def test_the_emulator_rejects_what_the_api_server_would(api: kube.Client) -> None:
@@ -251,3 +259,31 @@ async def test_the_emulator_rejects_what_the_api_server_would(api: kube.Client) 
     with pytest.raises(kube.KubeError) as bad_status:
         await api.merge_patch(conftest.batch_path("acme", "good", sub="status"), {"status": {"phase": "Exploded"}})
     assert bad_status.value.status == 422
+
+
+async def test_a_spent_daily_token_budget_shows_on_the_batch_and_the_quota(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"], dailyTokenBudget=1000)
+    await conftest.create_pool(api, "acme", "builtin")
+    await conftest.create_batch(api, "acme", "b", documents=2)
+    running = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    assert _condition(running, "BudgetExhausted")["status"] == "False"  # type: ignore[index]
+    await db.execute(
+        "INSERT INTO tenant_usage (tenant, day, tokens) "
+        "VALUES ('acme', (clock_timestamp() AT TIME ZONE 'UTC')::date, 5000)"
+    )
+    spent = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: (_condition(o, "BudgetExhausted") or {}).get("status") == "True"
+    )
+    assert "5000 of 1000" in _condition(spent, "BudgetExhausted")["message"]  # type: ignore[index]
+    quota = await kube_emulator.wait_for(
+        emulator,
+        "lading.dev/v1alpha1/tenantquotas",
+        None,
+        "acme",
+        lambda o: o.get("status", {}).get("tokensToday") == 5000,
+    )
+    assert _condition(quota, "BudgetExhausted")["reason"] == "DailyTokenBudgetSpent"  # type: ignore[index]
