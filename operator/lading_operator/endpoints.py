@@ -73,12 +73,15 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
         async with rt.db.acquire() as conn:
             await applying.apply_delivery_endpoint(conn, endpoint)
     problem = await secret_problem(rt, namespace, endpoint.spec.secret_ref)
+    before = rt.endpoint_secrets.get(full)
     if problem is None:
         rt.endpoint_secrets[full] = rendering.EndpointSecret(
             endpoint=full, secret_name=endpoint.spec.secret_ref.name, key=endpoint.spec.secret_ref.key
         )
     else:
         rt.endpoint_secrets.pop(full, None)
+    if rt.endpoint_secrets.get(full) != before:
+        rt.wake_namespace("InferencePool", namespace)  # its pools' workers project the signing Secrets
     health = None
     if rt.has_deliveries:
         async with rt.db.acquire() as conn:
@@ -137,4 +140,5 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
 
     @kopf.on.delete(*resource, optional=True, registry=registry_)
     async def forget_endpoint(name: str, namespace: str | None, **_: Any) -> None:
-        rt.endpoint_secrets.pop(f"{namespace}/{name}", None)
+        if rt.endpoint_secrets.pop(f"{namespace}/{name}", None) is not None:
+            rt.wake_namespace("InferencePool", namespace or "")

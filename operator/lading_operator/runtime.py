@@ -108,6 +108,12 @@ class Runtime:
         if event is not None:
             event.set()
 
+    def wake_namespace(self, kind: str, namespace: str) -> None:
+        """Wake every loop of `kind` in `namespace` (e.g. pools, when an endpoint's signing Secret changed)."""
+        for key in list(self.wakeups):
+            if key[0] == kind and key[1] == namespace:
+                self.wake(key)
+
     def wait_in_queue(self, key: ObjectKey, tenant: TenantName) -> None:
         for keys in self.waiting.values():
             keys.discard(key)

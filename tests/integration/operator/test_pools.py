@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import asyncpg
@@ -100,3 +101,29 @@ async def test_scaler_decisions_from_vllm_metrics_are_applied_to_the_worker_depl
         await kube_emulator.wait_for(
             emulator, POOLS, "acme", "qwen", lambda o: o.get("status", {}).get("headroom") == "0.00"
         )
+
+
+async def test_worker_pods_get_the_signing_secrets_of_ready_endpoints_by_reference(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_pool(api, "acme", "builtin")
+    await kube_emulator.wait_for(emulator, DEPLOYMENTS, "acme", "builtin-worker", lambda o: True)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "erp-signing", "namespace": "acme"},
+              "stringData": {"secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}  # fmt: skip
+    await api.create(kube.path("v1", "secrets", namespace="acme"), secret)
+    endpoint = {
+        "apiVersion": conftest.GROUP_VERSION, "kind": "DeliveryEndpoint",
+        "metadata": {"name": "erp", "namespace": "acme"},
+        "spec": {"url": "https://erp.acme.example/hook", "secretRef": {"name": "erp-signing", "key": "secret"}},
+    }  # fmt: skip
+    await api.create(kube.path(conftest.GROUP_VERSION, "deliveryendpoints", namespace="acme"), endpoint)
+
+    def projects_the_secret(worker: dict[str, Any]) -> bool:
+        return "erp-signing" in json.dumps(worker["spec"]["template"]["spec"].get("volumes", []))
+
+    worker = await kube_emulator.wait_for(emulator, DEPLOYMENTS, "acme", "builtin-worker", projects_the_secret)
+    text = json.dumps(worker)
+    assert "acme.erp" in text, "the file is named <namespace>.<name>"
+    assert "whsec_" not in text, "the value itself is never copied"
+    env = {e["name"]: e for e in worker["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LADING_ENDPOINT_SECRETS_DIR"]["value"] == "/etc/lading/endpoint-secrets"
