@@ -52,7 +52,7 @@ from lading.db import batches, fairness, jobs, observed, registry
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
-from lading_operator import conditions, events, runtime, status
+from lading_operator import conditions, events, kube, runtime, status
 
 logger = logging.getLogger("lading.operator.batches")
 
@@ -129,7 +129,9 @@ class Reconciler:
                 try:
                     interval = await self.reconcile()
                     backoff = self.rt.settings.retry_initial_s
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, errors.TemporaryError) as exc:
+                except (
+                    OSError, asyncpg.PostgresError, asyncpg.InterfaceError, errors.TemporaryError, kube.KubeError
+                ) as exc:  # fmt: skip
                     logger.warning("batch %s/%s: %s; retrying in %.0f s", self.namespace, self.name,
                                    type(exc).__name__, backoff)  # fmt: skip
                     interval = backoff
@@ -173,14 +175,16 @@ class Reconciler:
     async def admit(self, batch: specs.ExtractionBatch) -> float | None:
         """Admit the batch; None when admitted, else how long to wait (in the queue)."""
         async with self.rt.db.acquire() as conn:
+            # Already accepted (before a restart), possibly under a tenant that no longer covers the
+            # namespace: that acceptance stands, nothing is accepted twice.
+            earlier = await observed.batch_tenant(conn, idempotency_key=self.idempotency_key)
+            if earlier is not None:
+                existing = await observed.batch(conn, tenant=earlier, idempotency_key=self.idempotency_key)
+                if existing is not None:
+                    self.tenant, self.admitted = earlier, existing
+                    self.rt.leave_queue(self.key)
+                    return None
             tenant = await registry.tenant_for_namespace(conn, namespace=self.namespace)
-        if tenant is not None:
-            async with self.rt.db.acquire() as conn:
-                existing = await observed.batch(conn, tenant=tenant, idempotency_key=self.idempotency_key)
-            if existing is not None:
-                self.tenant, self.admitted = tenant, existing
-                self.rt.leave_queue(self.key)
-                return None
         try:
             applied = await self._admit(batch, tenant)
         except applying.AdmissionRejected as exc:
