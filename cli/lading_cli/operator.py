@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import os
 
+import kopf
 from lading_operator import app, rendering, settings
 
 from lading import health
@@ -84,5 +85,8 @@ def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
 def run(args: argparse.Namespace) -> int:
     if not args.database_url:
         raise SystemExit("lading operator: --database-url or $DATABASE_URL is required")
-    asyncio.run(app.operate(settings_from(args)))
+    try:
+        asyncio.run(app.operate(settings_from(args)))
+    except kopf.LoginError as exc:
+        raise SystemExit(f"lading operator: {exc}") from None
     return 0
