@@ -187,19 +187,19 @@ class PoolLimiter:
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
         """Ask once: a permit, or why not and when to ask again."""
         limits = self.limits
-        async with self.db.acquire() as conn, conn.transaction():
-            pool = await conn.fetchrow(queries.sql("limiter_lock_pool"), self.pool)
-            if pool is None:
-                raise LookupError(f"InferencePool {self.pool} is not registered")
-            if pool["cooling"]:
-                return Refusal("cooldown", min(pool["cooldown_left_s"], self.settings.max_wait_step_s))
-            row = await conn.fetchrow(
-                queries.sql("limiter_try_acquire"),
-                self.pool, job_id, fence, tokens,
-                limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
-                self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
-            )
-        assert row is not None  # an aggregate without GROUP BY: one row
+        async with self.db.acquire() as conn:
+            try:
+                row = await conn.fetchrow(
+                    queries.sql("limiter_try_acquire"),
+                    self.pool, job_id, fence, tokens,
+                    limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
+                    self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
+                )  # fmt: skip
+            except asyncpg.NoDataFoundError as exc:
+                raise LookupError(str(exc)) from None
+        assert row is not None
+        if row["cooling"]:
+            return Refusal("cooldown", min(row["cooldown_left_s"], self.settings.max_wait_step_s))
         await self._maybe_prune()
         if row["permit_id"] is not None:
             return Permit(id=row["permit_id"], tokens_reserved=tokens)

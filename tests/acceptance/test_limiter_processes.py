@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import time
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -86,12 +85,24 @@ async def test_a_forced_429_pauses_every_worker_until_the_cooldown_ends(
                 return (await stub.stats())["statuses"].get("429", 0) == 1
 
             await waiting.until(answered_429, timeout_s=30, every_s=0.02)
-            seen_at = time.time()
+
+            async def cooling() -> bool:
+                return await db.fetchval("SELECT cooldown_until IS NOT NULL FROM pools WHERE name = $1", POOL)
+
+            await waiting.until(cooling, timeout_s=30, every_s=0.02)
+            cooldown_until = await db.fetchval(
+                "SELECT extract(epoch FROM cooldown_until)::float8 FROM pools WHERE name = $1", POOL
+            )
             before = (await stub.stats())["requests"]
             await waiting.until(lambda: requests_at_least(before + 10), timeout_s=60)  # work resumed
         arrivals = (await stub.stats())["arrivals"]
-    # Calls already on the wire when the 429 came back may still land in the first moments; after
-    # that, nothing reaches the server until the cooldown has passed.
-    quiet = [t for t in arrivals if seen_at + 0.5 < t < seen_at + cooldown_s - 0.6]
-    assert quiet == []
-    assert any(t >= seen_at + cooldown_s - 0.6 for t in arrivals)
+    cooling_from = cooldown_until - cooldown_s
+    # No replica was granted a permit while the pool cooled down ...
+    granted_while_cooling = await db.fetchval(
+        "SELECT count(*) FROM limiter_permits WHERE acquired_at > to_timestamp($1) AND acquired_at < to_timestamp($2)",
+        cooling_from + 0.05, cooldown_until,
+    )
+    assert granted_while_cooling == 0
+    # ... so, once calls already on the wire have landed, nothing reached the server until it ended.
+    assert [t for t in arrivals if cooling_from + 1.0 < t < cooldown_until - 0.1] == []
+    assert any(t >= cooldown_until for t in arrivals)
