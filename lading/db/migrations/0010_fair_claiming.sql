@@ -41,7 +41,8 @@ CREATE INDEX extraction_jobs_fair_claimable
 -- The in-flight count of a tenant, across pools: its RUNNING jobs.
 CREATE INDEX extraction_jobs_running_by_tenant ON extraction_jobs (tenant) WHERE state = 'RUNNING';
 
--- Scheduling state, one row per (pool, tenant) that ever had a job in the pool.
+-- Scheduling state, one row per (pool, tenant) that ever had a batch in the pool: acceptance
+-- registers it (batch_accepted_event, in the accepting transaction), the claim updates it.
 CREATE TABLE tenant_queues (
     pool        text             NOT NULL,
     tenant      text             NOT NULL,
@@ -64,25 +65,6 @@ SELECT DISTINCT pool, tenant FROM extraction_jobs ON CONFLICT DO NOTHING;
 UPDATE extraction_jobs j SET suspended = true
   FROM batches b
  WHERE b.id = j.batch_id AND b.suspended AND j.state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING');
-
--- Accepted jobs register their (pool, tenant) queue and inherit their batch's suspension, in the
--- accepting statement itself (COPY included): one statement-level trigger, not one per row.
-CREATE FUNCTION lading_jobs_on_insert() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO tenant_queues (pool, tenant)
-    SELECT DISTINCT pool, tenant FROM new_rows
-    ON CONFLICT DO NOTHING;
-    UPDATE extraction_jobs j SET suspended = true
-      FROM (SELECT DISTINCT batch_id FROM new_rows) n JOIN batches b ON b.id = n.batch_id
-     WHERE b.suspended AND j.batch_id = n.batch_id AND NOT j.suspended;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER extraction_jobs_on_insert AFTER INSERT ON extraction_jobs
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION lading_jobs_on_insert();
 
 -- Water-filling by virtual finish time: hand out `total` jobs one at a time, each to the
 -- tenant whose next job would finish earliest in virtual time (vtime + (given + 1) / weight),

@@ -47,10 +47,21 @@ SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2)
 
 -- name: batch_accepted_event
 -- One outbox event per accepted batch, and a wake-up for idle claimers of its pool; both
--- take effect at commit.
+-- take effect at commit. Runs after the job rows are in, in the accepting transaction, so it
+-- also registers the tenant's queue in the pool for fair claiming and, for a batch accepted
+-- suspended, marks its jobs so they never enter the claim index (docs/fairness.md).
 WITH event AS (
     INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
     VALUES (gen_random_uuid(), 'batch', $1, 'batch.accepted.v1', $2)
+), queue AS (
+    INSERT INTO tenant_queues (pool, tenant)
+    SELECT b.pool, b.tenant FROM batches b WHERE b.id = $1
+    ON CONFLICT DO NOTHING
+), held AS (
+    UPDATE extraction_jobs j
+       SET suspended = true
+      FROM batches b
+     WHERE b.id = $1 AND b.suspended AND j.batch_id = b.id
 )
 SELECT pg_notify('lading_jobs', $3);
 

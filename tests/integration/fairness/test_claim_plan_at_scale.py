@@ -56,6 +56,10 @@ async def _fill(conn: asyncpg.Connection) -> None:
     await conn.execute(
         "INSERT INTO job_documents (job_id, text, bytes) SELECT g, 'text', 4 FROM generate_series(1, 20000) g"
     )
+    # What acceptance does for each batch: register the tenant's queue in the pool.
+    await conn.execute(
+        "INSERT INTO tenant_queues (pool, tenant) SELECT DISTINCT pool, tenant FROM extraction_jobs"
+    )
     await conn.execute("ANALYZE extraction_jobs")
     await conn.execute("ANALYZE job_documents")
 
