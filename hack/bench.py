@@ -818,6 +818,8 @@ async def _claim_latencies_ms(conn: asyncpg.Connection) -> tuple[list[float], li
             first, first + backlog - 1,
         )
         first += backlog
+    # What acceptance does for each batch: register the tenant's queue in the pool.
+    await conn.execute("INSERT INTO tenant_queues (pool, tenant) SELECT DISTINCT pool, tenant FROM extraction_jobs")
     await conn.execute("VACUUM ANALYZE extraction_jobs")
     await conn.execute("VACUUM ANALYZE job_documents")
     worker = WorkerId("bench-claimer")
