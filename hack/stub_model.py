@@ -12,9 +12,10 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
 - `GET /v1/models`: the served model.
 - `GET /metrics`: vLLM's metric names: `vllm:num_requests_running`, `vllm:num_requests_waiting`,
   `vllm:kv_cache_usage_perc` (and the older `vllm:gpu_cache_usage_perc`).
-- Its own limits, like a hosted API: more than `--rpm` requests or `--tpm` tokens in any 60 s, or
-  more than `--concurrency` at once, get a 429 with Retry-After. Tokens are counted when the
-  request arrives (prompt + the completion it will produce).
+- Its own limits, like a hosted API: more than `--rpm` requests or `--tpm` tokens in any 60 s,
+  more than `--rps` in any second, or more than `--concurrency` at once, get a 429 with
+  Retry-After. Tokens are counted when the request arrives (prompt + the completion it will
+  produce).
 - Faults on demand: `POST /admin/faults` with `{"kind": "429"|"500"|"401"|"malformed"|"truncated"|
   "hang", "count": N, "retry_after": S}` makes the next N requests fail that way.
 - `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window,
@@ -50,6 +51,8 @@ class Stub:
         self.window: collections.deque[tuple[float, int]] = collections.deque()  # (arrival, tokens) admitted
         self.window_tokens = 0
         self.max_window_requests = 0
+        self.second: collections.deque[float] = collections.deque()  # admitted arrivals of the last second
+        self.max_second_requests = 0
         self.max_window_tokens = 0
         self.statuses: collections.Counter[int] = collections.Counter()
         self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
@@ -79,9 +82,15 @@ class Stub:
         a = self.args
         if self.in_flight + 1 > a.concurrency:
             return self._too_many("concurrency", 1)
+        while self.second and self.second[0] <= arrived - 1.0:
+            self.second.popleft()
+        if len(self.second) + 1 > a.rps:
+            return self._too_many("per-second", 1)
         if len(self.window) + 1 > a.rpm or self.window_tokens + tokens > a.tpm:
             retry_after = max(1, int(self.window[0][0] + WINDOW_S - arrived + 1)) if self.window else 1
             return self._too_many("rate", retry_after)
+        self.second.append(arrived)
+        self.max_second_requests = max(self.max_second_requests, len(self.second))
         self.window.append((arrived, tokens))
         self.window_tokens += tokens
         self.max_window_requests = max(self.max_window_requests, len(self.window))
@@ -166,7 +175,8 @@ class Stub:
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response({
             "requests": len(self.arrivals), "statuses": {str(k): v for k, v in self.statuses.items()},
-            "max_window_requests": self.max_window_requests, "max_window_tokens": self.max_window_tokens,
+            "max_window_requests": self.max_window_requests, "max_second_requests": self.max_second_requests,
+            "max_window_tokens": self.max_window_tokens,
             "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
         })
 
@@ -201,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jitter-ms", type=float, default=0.0)
     parser.add_argument("--rpm", type=int, default=1_000_000)
     parser.add_argument("--tpm", type=int, default=1_000_000_000)
+    parser.add_argument("--rps", type=int, default=1_000_000, help="requests allowed in any one second")
     parser.add_argument("--concurrency", type=int, default=10_000)
     args = parser.parse_args(argv)
     try:

@@ -49,21 +49,30 @@ async def workers(database_url: str, log_dir: pathlib.Path, n: int = 3) -> Async
 async def test_three_workers_together_stay_within_the_pools_limits(
         db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
 ) -> None:
-    rpm, concurrency = 40, 4
-    async with stub_model.running("--latency-ms", "50", "--rpm", str(rpm), "--concurrency", str(concurrency)) as stub:
+    # 600 requests/min is paced to 10 grants in any second; unthrottled, these workers would send 80
+    # a second. The server enforces the minute, the concurrency and (like hosted APIs do, loosely)
+    # a short-period rate; network jitter between a grant and its arrival may bunch a few.
+    rpm, per_second, concurrency = 600, 10, 4
+    limits = ("--rpm", str(rpm), "--rps", str(2 * per_second), "--concurrency", str(concurrency))
+    async with stub_model.running("--latency-ms", "50", *limits) as stub:
         await _setup(db, url=stub.url, rpm=rpm, concurrency=concurrency, documents=300)
         async with workers(database_url, tmp_path):
 
-            async def minute_budget_spent_and_others_waiting() -> bool:
+            async def served_and_others_waiting() -> bool:
                 waiting_jobs = await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE state = 'RUNNING'")
-                return (await stub.stats())["requests"] >= rpm and waiting_jobs >= 200
+                return (await stub.stats())["requests"] >= 5 * per_second and waiting_jobs >= 200
 
-            await waiting.until(minute_budget_spent_and_others_waiting, timeout_s=60)
+            await waiting.until(served_and_others_waiting, timeout_s=60)
             claimers = await db.fetchval("SELECT count(DISTINCT worker_id) FROM job_attempts")
         stats = await stub.stats()
+    most_in_a_second = await db.fetchval(
+        "SELECT max((SELECT count(*) FROM limiter_permits q"
+        "             WHERE q.acquired_at > p.acquired_at - interval '1 second' AND q.acquired_at <= p.acquired_at))"
+        "  FROM limiter_permits p"
+    )
     assert claimers == 3  # all three workers took part
-    assert stats["requests"] == rpm  # the minute's budget, and not one more
-    assert stats["statuses"].get("429", 0) == 0
+    assert most_in_a_second == per_second  # the pace was reached, never passed, across all three
+    assert stats["statuses"].get("429", 0) == 0  # the server never had to refuse anything
     assert stats["max_concurrent"] <= concurrency
 
 
