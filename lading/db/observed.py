@@ -1,6 +1,6 @@
 """
 Repository of what the operator reports in custom resource status: a batch's progress, a
-tenant's quota use, a pool's pause, an endpoint's health. Reads only, one short query each, so a
+tenant's quota use, an endpoint's health. (A pool's load is `lading.db.scaling`.) Reads only, one short query each, so a
 status refresh costs the database as little as a `kubectl get` costs the API server.
 
 The delivery tables belong to the dispatcher's schema; queries over them run only once
@@ -15,7 +15,7 @@ import datetime as dt
 import asyncpg
 
 from lading.db import queries
-from lading.ids import BatchId, PoolName, TenantName
+from lading.ids import BatchId, TenantName
 from lading.jobs.states import JobState
 
 
@@ -44,16 +44,6 @@ class TenantUsage:
     queued_jobs: int
     queued_bytes: int
     in_flight: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolPause:
-    paused: bool
-    """spec.paused: an operator's decision."""
-    paused_until: dt.datetime | None
-    reason: str | None
-    pausing: bool
-    """paused_until is in the future: the provider refused our key or quota."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,13 +97,6 @@ async def tenant_usage(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: Tenan
     return TenantUsage(row["queued_jobs"], row["queued_bytes"], row["in_flight"])
 
 
-async def pool_pause(conn: asyncpg.Connection | asyncpg.Pool, *, pool: PoolName) -> PoolPause | None:
-    row = await conn.fetchrow(queries.sql("observed_pool_pause"), pool)
-    if row is None:
-        return None
-    return PoolPause(row["paused"], row["paused_until"], row["paused_reason"], bool(row["pausing"]))
-
-
 async def endpoint_health(conn: asyncpg.Connection | asyncpg.Pool, *, endpoint: str) -> EndpointHealth | None:
     row = await conn.fetchrow(queries.sql("observed_endpoint_health"), endpoint)
     if row is None:
@@ -132,23 +115,3 @@ async def tenant_max_queued_bytes(conn: asyncpg.Connection | asyncpg.Pool, *, te
 async def batch_tenant(conn: asyncpg.Connection | asyncpg.Pool, *, idempotency_key: str) -> TenantName | None:
     value = await conn.fetchval(queries.sql("observed_batch_tenant"), idempotency_key)
     return None if value is None else TenantName(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolSignals:
-    backlog: int
-    oldest_s: float | None
-    in_flight: int
-    latency_s: float | None
-    tokens: float | None
-    now: dt.datetime
-
-
-RECENT_ATTEMPTS = 200
-"""Attempts the scaler's mean latency and tokens are taken over."""
-
-
-async def pool_signals(conn: asyncpg.Connection | asyncpg.Pool, *, pool: PoolName) -> PoolSignals:
-    row = await conn.fetchrow(queries.sql("observed_pool_signals"), pool, RECENT_ATTEMPTS)
-    assert row is not None, "a row of subqueries always exists"
-    return PoolSignals(row["backlog"], row["oldest_s"], row["in_flight"], row["latency_s"], row["tokens"], row["now"])

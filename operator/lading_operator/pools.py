@@ -12,7 +12,7 @@ of an object it owns (a Deployment or Service edited or deleted by hand: drift),
          provider vllm   Deployment + Service running the vLLM OpenAI server
          every pool      worker Deployment (`lading worker --pool NAMESPACE/NAME`)
          scaling: keda   ScaledObject + TriggerAuthentication; KEDA owns the worker replicas
-    3. scaling (builtin): signals from PostgreSQL (`observed.pool_signals`) and the provider's
+    3. scaling (builtin): signals from PostgreSQL (`lading.db.scaling.pool_signals`) and the provider's
        headroom (vLLM `/metrics` of the pool's Service, or the pause/429 state of an external
        provider) go through `scaling.decide`; its replicas are written to the worker Deployment
        (and the engine replicas to the vLLM Deployment), its reason to status.scalingReason;
@@ -39,7 +39,7 @@ import kopf
 import pydantic
 
 from lading import applying
-from lading.db import observed
+from lading.db import scaling as db_scaling
 from lading.ids import PoolName
 from lading.models import specs
 from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling, status
@@ -179,19 +179,22 @@ class Reconciler:
         engine_desired = int(((live_engine or {}).get("spec") or {}).get("replicas") or 0)
         current = int(((live_worker or {}).get("spec") or {}).get("replicas") or 0)
         async with self.rt.db.acquire() as conn:
-            signals_row = await observed.pool_signals(conn, pool=PoolName(name))
-            pause = await observed.pool_pause(conn, pool=PoolName(name))
-        room = await self._headroom(session, pool, pause, ready=ready_replicas, desired=engine_desired, now=signals_row)
+            load = await db_scaling.pool_signals(conn, pool=PoolName(name))
+        pausing = load.paused_until is not None and load.paused_until > load.at
+        room = await self._headroom(session, pool, load, ready=ready_replicas, desired=engine_desired)
         signals = scaling.Signals(
-            now=signals_row.now,
+            now=load.at,
             current_replicas=current,
-            eligible_backlog=signals_row.backlog,
-            oldest_eligible_age_s=signals_row.oldest_s,
-            in_flight=signals_row.in_flight,
-            mean_latency_s=signals_row.latency_s,
-            mean_tokens_per_attempt=signals_row.tokens,
+            eligible_backlog=load.eligible_backlog,
+            oldest_eligible_age_s=load.oldest_eligible_age_s,
+            in_flight=load.in_flight,
+            mean_latency_s=load.mean_latency_s,
+            mean_tokens_per_attempt=load.mean_tokens_per_attempt,
             headroom=room,
-            cooldown_until=pause.paused_until if pause is not None and pause.pausing else None,
+            cooldown_until=max(
+                (t for t in (load.cooldown_until, load.paused_until if pausing else None) if t is not None),
+                default=None,
+            ),
         )
         decision, self.state = scaling.decide(pool.spec, signals, self.state)
         workers_now = current
@@ -213,16 +216,16 @@ class Reconciler:
             endpoint = rendering.vllm_endpoint_url(pool)
         elif pool.spec.endpoint is not None:
             endpoint = pool.spec.endpoint.url
-        paused_by_provider = pause is not None and pause.pausing
         if pool.spec.paused:
             paused = conditions.condition(
                 previous, type="Paused", value=True, reason="PausedBySpec",
                 message="spec.paused is true: no new jobs are claimed", generation=generation,
             )  # fmt: skip
-        elif paused_by_provider and pause is not None:
-            paused = conditions.condition(previous, type="Paused", value=True, reason="ProviderRefused",
-                                          message=(pause.reason or "the provider refused the key or quota")[:1024],
-                                          generation=generation)  # fmt: skip
+        elif pausing:
+            refused = (load.paused_reason or "the provider refused the key or quota")[:1024]
+            paused = conditions.condition(
+                previous, type="Paused", value=True, reason="ProviderRefused", message=refused, generation=generation
+            )
         else:
             paused = conditions.condition(
                 previous, type="Paused", value=False, reason="Claiming", generation=generation
@@ -256,9 +259,7 @@ class Reconciler:
                 scaling_reason=decision.reason[:256],
                 headroom=room.render(),
                 last_scale_time=status.rfc3339(last_scale) if last_scale is not None else None,
-                paused_until=status.rfc3339(pause.paused_until)
-                if pause is not None and pause.pausing and pause.paused_until is not None
-                else None,
+                paused_until=status.rfc3339(load.paused_until) if pausing and load.paused_until is not None else None,
                 conditions=[ready, degraded, paused],
             )
         )
@@ -268,11 +269,10 @@ class Reconciler:
         self,
         session: aiohttp.ClientSession,
         pool: specs.InferencePool,
-        pause: observed.PoolPause | None,
+        load: db_scaling.PoolLoad,
         *,
         ready: int,
         desired: int,
-        now: observed.PoolSignals,
     ) -> scaling.Headroom:
         if pool.spec.provider == "vllm":
             if ready == 0 and desired > 0:
@@ -282,14 +282,15 @@ class Reconciler:
                 annotations.get(METRICS_URL_ANNOTATION)
                 or rendering.vllm_endpoint_url(pool).removesuffix("/v1") + "/metrics"
             )
-            load = await headroom.scrape_vllm(session, url)
+            scraped = await headroom.scrape_vllm(session, url)
             engine = pool.spec.vllm.engine_args.max_num_seqs if pool.spec.vllm is not None else None
-            return headroom.vllm_headroom(load, max_num_seqs=engine, replicas=max(ready, 1))
+            return headroom.vllm_headroom(scraped, max_num_seqs=engine, replicas=max(ready, 1))
         if pool.spec.provider == "openai-compatible":
             return headroom.external_headroom(
-                now=now.now,
-                paused_until=pause.paused_until if pause is not None else None,
-                paused_reason=pause.reason if pause is not None else None,
+                now=load.at,
+                paused_until=load.paused_until,
+                paused_reason=load.paused_reason,
+                cooldown_until=load.cooldown_until,
             )
         return scaling.Headroom.unknown("builtin provider")
 

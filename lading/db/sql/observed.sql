@@ -38,9 +38,6 @@ SELECT count(*)::bigint AS queued_jobs,
   FROM extraction_jobs j LEFT JOIN job_documents d ON d.job_id = j.id
  WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
 
--- name: observed_pool_pause
-SELECT paused, paused_until, paused_reason, paused_until > clock_timestamp() AS pausing FROM pools WHERE name = $1;
-
 -- name: observed_endpoint_health
 -- The dispatcher's view of an endpoint: breaker and auth state, and delivery counts by state.
 SELECT e.breaker_state, e.auth_failing, e.last_auth_status,
@@ -58,26 +55,3 @@ SELECT (spec ->> 'maxQueuedBytes')::bigint FROM tenants WHERE name = $1;
 -- The tenant a batch was accepted under, by its idempotency key alone (a deleted batch whose
 -- namespace no quota covers any more).
 SELECT tenant FROM batches WHERE idempotency_key = $1 ORDER BY id LIMIT 1;
-
--- name: observed_pool_signals
--- What the scaler measures about pool $1 now: eligible backlog (due, of unsuspended batches), the age
--- of its oldest job, attempts in flight, and the mean latency and tokens of the last $2 attempts that
--- finished in the last five minutes.
-WITH eligible AS (
-    SELECT j.available_at FROM extraction_jobs j JOIN batches b ON b.id = j.batch_id
-     WHERE j.pool = $1 AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= clock_timestamp()
-       AND NOT b.suspended
-), recent AS (
-    SELECT a.latency_ms, coalesce(a.tokens_in, 0) + coalesce(a.tokens_out, 0) AS tokens
-      FROM extraction_jobs j JOIN job_attempts a ON a.job_id = j.id
-     WHERE j.pool = $1 AND j.state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'RETRY_SCHEDULED')
-       AND j.finished_at IS NOT NULL AND a.finished_at > clock_timestamp() - interval '5 minutes'
-     ORDER BY a.finished_at DESC
-     LIMIT $2
-)
-SELECT (SELECT count(*) FROM eligible)::bigint AS backlog,
-       (SELECT extract(epoch FROM clock_timestamp() - min(available_at)) FROM eligible)::float8 AS oldest_s,
-       (SELECT count(*) FROM extraction_jobs WHERE pool = $1 AND state = 'RUNNING')::bigint AS in_flight,
-       (SELECT avg(latency_ms) / 1000.0 FROM recent WHERE latency_ms IS NOT NULL)::float8 AS latency_s,
-       (SELECT avg(tokens) FROM recent WHERE tokens > 0)::float8 AS tokens,
-       clock_timestamp() AS now;
