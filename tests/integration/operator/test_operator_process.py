@@ -49,22 +49,24 @@ async def test_operator_killed_mid_admission_and_restarted_inserts_nothing_twice
         await conftest.create_batch(api, "acme", name, documents=documents)
     log = tmp_path / "operator.log"
 
-    # The second acceptance dies after its job rows were written, before the documents and the commit.
+    # The second acceptance to write its job rows dies before its documents and its commit. Admissions
+    # of one tenant run concurrently, so the first may or may not have committed by then.
     first = await _start(kubeconfig, database_url, log, failpoints="accept.after_jobs_before_documents=kill@2")
     try:
         assert await asyncio.wait_for(first.wait(), 60) == -9, log.read_text()[-3000:]
     finally:
         await processes.stop(first)
-    admitted_before = await db.fetchval("SELECT count(*) FROM batches")
-    assert admitted_before == 1, "exactly the first admission committed before the kill"
+    committed = await db.fetchval("SELECT count(*) FROM batches")
+    assert committed <= 1
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") in (0, 40, 30, 20)
 
-    # A second crash, this time just before COMMIT of the next admission.
+    # A second crash just before COMMIT of the first admission to get there: nothing more commits.
     second = await _start(kubeconfig, database_url, log, failpoints="accept.before_commit=kill")
     try:
         assert await asyncio.wait_for(second.wait(), 60) == -9, log.read_text()[-3000:]
     finally:
         await processes.stop(second)
-    assert await db.fetchval("SELECT count(*) FROM batches") == 1
+    assert await db.fetchval("SELECT count(*) FROM batches") == committed
 
     third = await _start(kubeconfig, database_url, log, "--http", "127.0.0.1:0")
     try:
