@@ -18,8 +18,9 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
   produce).
 - Faults on demand: `POST /admin/faults` with `{"kind": "429"|"500"|"401"|"malformed"|"truncated"|
   "hang", "count": N, "retry_after": S}` makes the next N requests fail that way.
-- `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window,
-  most concurrent requests, and each request's arrival time (unix seconds, last 10,000).
+- `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window
+  and requests in any second, most concurrent requests, each request's arrival time (unix
+  seconds, last 10,000) and each admitted request's arrival and tokens.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Stub:
         self.max_window_tokens = 0
         self.statuses: collections.Counter[int] = collections.Counter()
         self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
+        self.admitted: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)  # (arrival, tokens)
         self.faults: list[dict[str, Any]] = []
         self.closing = asyncio.Event()
 
@@ -90,6 +92,7 @@ class Stub:
             retry_after = max(1, int(self.window[0][0] + WINDOW_S - arrived + 1)) if self.window else 1
             return self._too_many("rate", retry_after)
         self.second.append(arrived)
+        self.admitted.append((arrived, tokens))
         self.max_second_requests = max(self.max_second_requests, len(self.second))
         self.window.append((arrived, tokens))
         self.window_tokens += tokens
@@ -178,6 +181,7 @@ class Stub:
             "max_window_requests": self.max_window_requests, "max_second_requests": self.max_second_requests,
             "max_window_tokens": self.max_window_tokens,
             "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
+            "admitted": [list(a) for a in self.admitted],
         })
 
 
