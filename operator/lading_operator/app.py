@@ -12,7 +12,9 @@ kopf settings, and why:
 - events: only those Lading posts on purpose (admission, completion, failures); kopf's own
   per-handler chatter is posted only from WARNING up, so a healthy steady state costs no API calls;
 - watches end server-side after `watch_server_timeout_s` and are re-listed;
-- standalone unless peering is asked for (one replica; kopf peering for HA).
+- standalone unless peering is asked for (one replica; kopf peering for HA);
+- with a fixed `--namespace` list, no namespace or CRD scanning: those namespaces are served as
+  given, and the CRDs must exist when the operator starts.
 
 Startup refuses to run against a database with pending migrations (`lading migrate` first):
 admitting work into an older schema could lose it. /readyz says the same while it runs.
@@ -66,6 +68,10 @@ def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
     result.posting.level = logging.WARNING
     result.watching.server_timeout = config.watch_server_timeout_s
     result.watching.client_timeout = config.watch_server_timeout_s + 60
+    if config.namespaces and not any(ch in ns for ns in config.namespaces for ch in "*?[]!"):
+        # A fixed list of namespaces needs no namespace watch (and no RBAC to list namespaces);
+        # CRDs are then discovered once at start: install them before the operator (the chart does).
+        result.scanning.disabled = True
     result.peering.standalone = config.standalone
     result.peering.mandatory = not config.standalone
     result.networking.request_timeout = kube.REQUEST_TIMEOUT_S

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import Any
 
@@ -287,3 +288,25 @@ async def test_a_spent_daily_token_budget_shows_on_the_batch_and_the_quota(
         lambda o: o.get("status", {}).get("tokensToday") == 5000,
     )
     assert _condition(quota, "BudgetExhausted")["reason"] == "DailyTokenBudgetSpent"  # type: ignore[index]
+
+
+async def test_an_operator_limited_to_namespaces_leaves_others_alone(
+    emulator: kube_emulator.KubeEmulator,
+    api: kube.Client,
+    db: asyncpg.Connection,
+    operator_factory: Any,
+) -> None:
+    with operator_factory(namespaces=("acme",)) as handle:
+        await asyncio.get_running_loop().run_in_executor(None, handle.ready.wait, 30)
+        await conftest.create_quota(api, "acme", ["acme", "other"])
+        await conftest.create_pool(api, "acme", "builtin")
+        await conftest.create_batch(
+            api, "other", "theirs", documents=2, inferencePoolRef={"name": "builtin", "namespace": "acme"}
+        )
+        await conftest.create_batch(api, "acme", "ours", documents=3)
+        await kube_emulator.wait_for(
+            emulator, BATCHES, "acme", "ours", lambda o: o.get("status", {}).get("phase") == "Running"
+        )
+        theirs = emulator.stored(BATCHES, "other", "theirs")
+        assert theirs is not None and "status" not in theirs and not theirs["metadata"].get("finalizers")
+        assert await db.fetchval("SELECT count(*) FROM batches") == 1
