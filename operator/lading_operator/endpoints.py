@@ -133,7 +133,7 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
     )
     async def endpoint_health(body: kopf.Body, **_: Any) -> None:
         try:
-            await reconcile(rt, body, mirror=False)
+            await reconcile(rt, body, mirror=True)  # mirroring first: whatever status says, the row exists
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
             # The next tick retries; kopf's own error backoff would pause the refresh for a minute.
             logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
