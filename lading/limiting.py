@@ -21,8 +21,7 @@ per grant, not a hundred pollers. When only the concurrency limit refuses, the a
 a release: its own process's releases wake it directly, other replicas' through a NOTIFY on the
 `lading_limiter` channel (with a short poll as the fallback if LISTEN is unavailable).
 
-Requests and tokens are also paced to at most a sixtieth of their per-minute limit in any
-second (at least one request; a reservation larger than a second's share goes alone): hosted
+Requests are also paced to at most requestsPerMinute/60 in any second (at least one): hosted
 APIs enforce per-minute limits over shorter periods as well, and a minute's budget sent in
 the first two seconds would be refused there.
 
@@ -88,7 +87,7 @@ class LimiterSettings:
     max_wait_step_s: float = 1.0
     """Never sleep longer than this between two asks: a raised limit or an ended cooldown is seen soon."""
     burst_s: float = 1.0
-    """Pacing: at most this many seconds' worth of the per-minute rates are sent in any one second.
+    """Pacing: at most this many seconds' worth of requestsPerMinute/60 are sent in any one second.
     1.0 spreads a minute's budget evenly; 60 turns pacing off (the whole minute at once)."""
     prune_every_s: float = 30.0
     """How often a process deletes permits that no longer count."""
@@ -133,11 +132,6 @@ class PoolLimiter:
         self._released = asyncio.Event()  # set by a release in this process or heard from another
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listening = False
-
-    @property
-    def tokens_per_second(self) -> int:
-        """Tokens allowed in any one second: `burst_s` seconds' worth of the per-minute rate."""
-        return max(1, int(self.limits.tokens_per_minute * self.settings.burst_s / 60))
 
     @property
     def per_second(self) -> int:
@@ -199,7 +193,7 @@ class PoolLimiter:
                     queries.sql("limiter_try_acquire"),
                     self.pool, job_id, fence, tokens,
                     limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
-                    self.settings.permit_ttl_s, self.settings.window_s, self.per_second, self.tokens_per_second,
+                    self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
                 )  # fmt: skip
             except asyncpg.NoDataFoundError as exc:
                 raise LookupError(str(exc)) from None
@@ -214,7 +208,7 @@ class PoolLimiter:
             return Refusal("requests", min(window_frees_in, self.settings.max_wait_step_s))
         if row["tokens"] + tokens > limits.tokens_per_minute:
             return Refusal("tokens", min(window_frees_in, self.settings.max_wait_step_s))
-        if row["last_second"] + 1 > self.per_second or row["last_second_tokens"] + tokens > self.tokens_per_second:
+        if row["last_second"] + 1 > self.per_second:
             return Refusal("pace", max(0.001, row["second_frees_in_s"] or 0.0))
         poll = self.settings.concurrency_poll_s
         return Refusal("concurrency", poll * (0.5 + random.random()))

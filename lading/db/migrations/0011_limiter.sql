@@ -29,10 +29,8 @@ ALTER TABLE pools ADD COLUMN cooldown_until timestamptz;
 CREATE FUNCTION lading_limiter_acquire(
     p_pool text, p_job bigint, p_fence bigint, p_tokens integer,
     p_rpm bigint, p_tpm bigint, p_concurrency bigint, p_ttl_s float8, p_window_s float8, p_per_second bigint,
-    p_tokens_per_second bigint,
     OUT o_permit_id bigint, OUT o_cooling boolean, OUT o_cooldown_left_s float8,
     OUT o_requests bigint, OUT o_tokens bigint, OUT o_in_flight bigint, OUT o_last_second bigint,
-    OUT o_last_second_tokens bigint,
     OUT o_window_frees_in_s float8, OUT o_second_frees_in_s float8)
     LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -56,11 +54,9 @@ BEGIN
                     FILTER (WHERE l.acquired_at > v_now - make_interval(secs => p_window_s)), 0),
            count(*) FILTER (WHERE l.released_at IS NULL AND l.expires_at > v_now),
            count(*) FILTER (WHERE l.acquired_at > v_now - interval '1 second'),
-           coalesce(sum(coalesce(l.tokens_used, l.tokens_reserved))
-                    FILTER (WHERE l.acquired_at > v_now - interval '1 second'), 0),
            min(l.acquired_at) FILTER (WHERE l.acquired_at > v_now - make_interval(secs => p_window_s)),
            min(l.acquired_at) FILTER (WHERE l.acquired_at > v_now - interval '1 second')
-      INTO o_requests, o_tokens, o_in_flight, o_last_second, o_last_second_tokens, v_oldest, v_oldest_in_second
+      INTO o_requests, o_tokens, o_in_flight, o_last_second, v_oldest, v_oldest_in_second
       FROM limiter_permits l
      WHERE l.pool = p_pool
        AND (l.acquired_at > v_now - make_interval(secs => p_window_s)
@@ -68,9 +64,7 @@ BEGIN
     o_window_frees_in_s := extract(epoch FROM v_oldest + make_interval(secs => p_window_s) - v_now);
     o_second_frees_in_s := extract(epoch FROM v_oldest_in_second + interval '1 second' - v_now);
     IF o_requests + 1 <= p_rpm AND o_tokens + p_tokens <= p_tpm AND o_in_flight + 1 <= p_concurrency
-       AND o_last_second + 1 <= p_per_second
-       -- A reservation larger than a second's share goes alone in its second, or it never would.
-       AND (o_last_second_tokens + p_tokens <= p_tokens_per_second OR o_last_second = 0) THEN
+       AND o_last_second + 1 <= p_per_second THEN
         INSERT INTO limiter_permits (pool, job_id, fence, tokens_reserved, expires_at)
         VALUES (p_pool, p_job, p_fence, p_tokens, v_now + make_interval(secs => p_ttl_s))
         RETURNING id INTO o_permit_id;

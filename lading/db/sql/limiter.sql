@@ -3,16 +3,14 @@
 -- name: limiter_try_acquire
 -- One request + $4 reserved tokens + one in-flight permit of pool $1, all three or none, under
 -- limits $5 requests/min, $6 tokens/min, $7 concurrent; for job $2 at fence $3, expiring after
--- $8 seconds; the per-minute limits counted over the last $9 seconds. Requests and tokens are
--- also paced: at most $10 requests and $11 tokens in any second, so a minute's budget is spread
--- over the minute instead of sent in one burst (hosted APIs enforce per-minute limits over
--- shorter periods too). The function
+-- $8 seconds; the per-minute limits counted over the last $9 seconds. Requests are also paced:
+-- at most $10 in any second, so a minute's budget is spread over the minute instead of sent in
+-- one burst (hosted APIs enforce per-minute limits over shorter periods too). The function
 -- (migration 0011) locks the pool row first; see it for why that must be its own statement.
 SELECT o_permit_id AS permit_id, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
        o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
-       o_last_second_tokens AS last_second_tokens,
        o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
-  FROM lading_limiter_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+  FROM lading_limiter_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: limiter_release
 -- After the call: free the concurrency permit and reconcile the reservation with the tokens the
