@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -37,6 +38,19 @@ ELECTION_LOCK_KEY = 0x6C6164696E67  # "lading": the advisory lock key of the gau
 class GaugeSettings:
     interval_s: float = 15.0
     """Refresh period: Prometheus scrapes every 15-30 s, so fresher values would not be seen."""
+
+
+@contextlib.asynccontextmanager
+async def refreshing(database_url: str, *, settings: GaugeSettings | None = None) -> AsyncIterator[GaugeRefresher]:
+    """Run a refresher (election included) for the body of an `async with`; stopped on exit."""
+    refresher = GaugeRefresher(database_url, settings=settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(refresher.run_forever(stop), name="gauge refresher")
+    try:
+        yield refresher
+    finally:
+        stop.set()
+        await task
 
 
 class GaugeRefresher:
@@ -92,8 +106,11 @@ async def refresh(conn: asyncpg.Connection) -> None:
         oldest = await conn.fetch(queries.sql("gauge_oldest_eligible"))
         review = await conn.fetchrow(queries.sql("gauge_review_queue"))
         outbox = await conn.fetchrow(queries.sql("gauge_outbox_backlog"))
+        pools = await conn.fetch(queries.sql("gauge_pools"))
     _replace(metrics.JOBS_BY_STATE, {(r["pool"], r["tenant"], r["state"]): float(r["n"]) for r in by_state})
     _replace(metrics.OLDEST_ELIGIBLE_AGE, {(r["pool"],): float(r["age_s"]) for r in oldest})
+    _replace(metrics.POOL_PAUSED, {(r["pool"],): float(r["paused"]) for r in pools})
+    _replace(metrics.POOL_COOLING, {(r["pool"],): float(r["cooling"]) for r in pools})
     assert review is not None and outbox is not None  # aggregates without GROUP BY: always one row
     metrics.REVIEW_QUEUE_SIZE.set(review["size"])
     metrics.REVIEW_QUEUE_OLDEST_AGE.set(review["oldest_age_s"])
@@ -122,6 +139,8 @@ def _clear() -> None:
     """A process that is not the leader exports none of the database gauges."""
     metrics.JOBS_BY_STATE.clear()
     metrics.OLDEST_ELIGIBLE_AGE.clear()
+    metrics.POOL_PAUSED.clear()
+    metrics.POOL_COOLING.clear()
     _published.clear()
     for gauge in (metrics.REVIEW_QUEUE_SIZE, metrics.REVIEW_QUEUE_OLDEST_AGE, metrics.OUTBOX_UNPUBLISHED,
                   metrics.OUTBOX_BACKLOG_OLDEST_AGE):

@@ -82,6 +82,12 @@ OLDEST_ELIGIBLE_AGE = prom.Gauge(
     "Age of the oldest job that could run now, per pool: the autoscaling signal (from the database)",
     ["pool"],
 )
+POOL_PAUSED = prom.Gauge(
+    "lading_pool_paused",
+    "1 while a pool claims nothing: paused by its spec, or after its provider refused the key or the quota",
+    ["pool"],
+)
+POOL_COOLING = prom.Gauge("lading_pool_cooling_down", "1 while a pool waits out a 429 cooldown", ["pool"])
 REVIEW_QUEUE_SIZE = prom.Gauge("lading_review_queue_size", "Jobs awaiting a reviewer (from the database)")
 REVIEW_QUEUE_OLDEST_AGE = prom.Gauge(
     "lading_review_queue_oldest_age_seconds", "How long the oldest job awaiting review has waited (from the database)"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from collections.abc import Sequence
 import asyncpg
 from lading_worker import main as worker_main
 
-from lading import __version__, errors
+from lading import __version__, errors, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading_cli import crds, deliveries, local, receiver, reports, review
@@ -56,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lading", description="Durable, asynchronous LLM document extraction.")
     parser.add_argument("--version", action="version", version=f"lading {__version__}")
     parser.add_argument("--log-level", default=os.environ.get("LADING_LOG_LEVEL", "WARNING"))
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=os.environ.get("LADING_LOG_FORMAT", "text"),
+        help="json: one object per line with correlation ids (default: $LADING_LOG_FORMAT, else text)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="apply manifests and run everything on this machine until done")
@@ -109,9 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    logs.configure(level=args.log_level, fmt=args.log_format)
     handler = args.handler
     try:
         return int(handler(args))

@@ -30,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from lading import errors, health
+from lading import errors, gauges, health
 from lading.db import migrating, observed
 from lading.db import pool as dbpool
 from lading_operator import batches, endpoints, kube, pools, quotas, runtime, settings
@@ -123,6 +123,8 @@ async def operate(
         if config.http is not None:
             host, port = config.http
             await stack.enter_async_context(health.serving(config.database_url, host=host, port=port))
+        # The operator stands for the gauge election too, so the gauges exist with workers scaled to zero.
+        await stack.enter_async_context(gauges.refreshing(config.database_url))
         await kopf.operator(
             registry=build_registry(rt),
             settings=kopf_settings(config),

@@ -38,7 +38,9 @@ batches, not of jobs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -49,12 +51,21 @@ import pydantic
 
 from lading import applying, errors
 from lading.db import batches, fairness, jobs, observed, registry
+from lading.documents import fetching
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
+from lading.settings import DocumentSettings
 from lading_operator import conditions, events, kube, runtime, status
 
 logger = logging.getLogger("lading.operator.batches")
+
+
+@functools.cache
+def _documents() -> DocumentSettings:
+    """Where manifests may be read from: $LADING_DOCUMENT_ROOTS (a shared volume mounted into the
+    operator) and the egress allow-list of $LADING_EGRESS_ALLOW, read once."""
+    return fetching.settings_from_env(os.environ)
 
 KIND = "ExtractionBatch"
 PLURAL = "extractionbatches"
@@ -213,7 +224,8 @@ class Reconciler:
         room for all of them, serialised otherwise (see runtime.TenantBudget)."""
         if tenant is None:
             async with self.rt.db.acquire() as conn:
-                return await applying.admit_batch(conn, batch)  # raises NoTenantQuota (or admits if one just appeared)
+                # Raises NoTenantQuota (or admits, if a quota just appeared).
+                return await applying.admit_batch(conn, batch, documents=_documents())
         budget = self.rt.budgets[tenant]
         jobs = len(batch.spec.documents or ())
         while True:
@@ -232,7 +244,7 @@ class Reconciler:
                     if not concurrent and budget.reserved == 0:
                         # Tight (or byte-limited): one at a time, and the core's check decides.
                         await self._check_queued_bytes(conn, batch, tenant, bytes_limit)
-                        applied = await applying.admit_batch(conn, batch)
+                        applied = await applying.admit_batch(conn, batch, documents=_documents())
                         budget.known_queued = None
                         return applied
                 if concurrent:
@@ -243,7 +255,7 @@ class Reconciler:
         admitted = False
         try:
             async with self.rt.db.acquire() as conn:
-                applied = await applying.admit_batch(conn, batch)
+                applied = await applying.admit_batch(conn, batch, documents=_documents())
             admitted = applied.result.created
             return applied
         finally:

@@ -34,6 +34,7 @@ KEDA `secretTargetRef`); no value is ever read or written here.
 The worker pod runs `lading worker --pool NAMESPACE/NAME --concurrency N --http 0.0.0.0:8080` with:
     DATABASE_URL               secretKeyRef OperatorConfig.database_secret
     LADING_PROVIDER_API_KEY    secretKeyRef spec.endpoint.apiKeySecretRef (external pools with a key)
+    LADING_PROVIDER_URL        the vLLM Service's URL (vllm pools), see vllm_endpoint_url
     LADING_AMQP_URL            secretKeyRef OperatorConfig.amqp_url_secret (optional)
     LADING_EGRESS_ALLOW        OperatorConfig.egress_allow, comma-separated (optional)
     LADING_ENDPOINT_SECRETS_DIR /etc/lading/endpoint-secrets, a projected Secret volume holding one
@@ -450,10 +451,15 @@ def worker_deployment(
 ) -> dict[str, Any]:
     """The worker Deployment. `replicas` None leaves `spec.replicas` out (KEDA owns it)."""
     component = COMPONENT_WORKER
-    env: list[dict[str, Any]] = [_secret_env("DATABASE_URL", config.database_secret)]
+    env: list[dict[str, Any]] = [
+        _secret_env("DATABASE_URL", config.database_secret),
+        {"name": "LADING_LOG_FORMAT", "value": "json"},  # one object per line, with the job's ids
+    ]
     endpoint = pool.spec.endpoint
     if endpoint is not None and endpoint.api_key_secret_ref is not None:
         env.append(_secret_env("LADING_PROVIDER_API_KEY", endpoint.api_key_secret_ref))
+    if pool.spec.provider == "vllm":
+        env.append({"name": "LADING_PROVIDER_URL", "value": vllm_endpoint_url(pool)})
     if config.amqp_url_secret is not None:
         env.append(_secret_env("LADING_AMQP_URL", config.amqp_url_secret))
     if config.egress_allow:

@@ -21,7 +21,7 @@ import logging
 
 import asyncpg
 
-from lading import metrics
+from lading import logs, metrics
 from lading.db import job_documents, jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import ClaimerSettings, LeaseSettings
@@ -122,6 +122,12 @@ class Claimer:
         self.start_queued()
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
+        job = attempt.job
+        with logs.bound(job_id=job.id, batch_id=job.batch_id, tenant=job.tenant, attempt=job.attempt,
+                        fence=job.fence, pool=job.pool):
+            await self._attempt_bound(attempt)
+
+    async def _attempt_bound(self, attempt: inflight.Attempt) -> None:
         try:
             finish = await self._executor.run(
                 attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._model_done(attempt)

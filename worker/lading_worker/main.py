@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 from collections.abc import Sequence
 
-from lading import health
+from lading import health, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.delivery import dispatching, egress
@@ -39,6 +38,8 @@ DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
 """Directories file:// documents may be read from, ':'-separated (e.g. the shared volume's mount)."""
 
 API_KEY_ENV = "LADING_PROVIDER_API_KEY"
+PROVIDER_URL_ENV = "LADING_PROVIDER_URL"
+"""Base URL of a vLLM pool's Service (…/v1); set by the operator in the worker Deployment."""
 """The model endpoint's API key, injected from the pool's Secret (never a flag: flags show in `ps`)."""
 
 
@@ -179,7 +180,8 @@ async def serve(
         finally:
             await conn.close()
         await running.run_worker(
-            dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None, delivery=delivery, events=events
+            dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None,
+            provider_url=os.environ.get(PROVIDER_URL_ENV) or None, delivery=delivery, events=events,
         )
 
 
@@ -201,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(level="INFO", fmt="json" if os.environ.get("LADING_LOG_FORMAT") == "json" else "text")
     parser = argparse.ArgumentParser(prog="lading_worker", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))

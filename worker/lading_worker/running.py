@@ -25,7 +25,7 @@ import socket
 
 import asyncpg
 
-from lading import limiting
+from lading import gauges, limiting
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.delivery import dispatching
@@ -58,8 +58,11 @@ class Worker:
             worker_id: WorkerId | None = None,
             delivery: dispatching.DeliveryConfig | None = None,
             events: events_wiring.BrokerConfig | None = None,
+            provider_url: str | None = None,
     ) -> None:
         self.db = db
+        self._provider_url = provider_url
+        """Where a vLLM pool's Service answers (the operator sets $LADING_PROVIDER_URL)."""
         self.events = events
         """When set, this process also runs the outbox relay and the ingress consumer."""
         self.delivery = delivery
@@ -79,7 +82,7 @@ class Worker:
             pool = await registry.get_pool(conn, name=PoolName(self.settings.pool))
         if pool is None:
             raise PoolNotFound(f"InferencePool {self.settings.pool} is not registered")
-        return factory.for_pool(pool, api_key=self._api_key)
+        return factory.for_pool(pool, api_key=self._api_key, base_url=self._provider_url)
 
     async def _limiter(self, pool: PoolName) -> limiting.PoolLimiter | None:
         """The pool's shared limiter; none for builtin pools, which have no upstream to protect."""
@@ -176,12 +179,17 @@ async def run_worker(
         stop: asyncio.Event,
         *,
         api_key: str | None = None,
+        provider_url: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
         events: events_wiring.BrokerConfig | None = None,
 ) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))
     try:
-        await Worker(db, settings=settings, api_key=api_key, delivery=delivery, events=events).run(stop)
+        # Every worker stands for election; one across all replicas refreshes the database gauges.
+        async with gauges.refreshing(dsn):
+            await Worker(
+                db, settings=settings, api_key=api_key, provider_url=provider_url, delivery=delivery, events=events
+            ).run(stop)
     finally:
         await db.close()

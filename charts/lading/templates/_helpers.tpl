@@ -49,6 +49,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Environment every Lading process shares: the database URL and, when configured, the broker URL. */}}
 {{- define "lading.commonEnv" -}}
+- name: LADING_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef:

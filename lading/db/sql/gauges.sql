@@ -29,3 +29,11 @@ SELECT count(*)::bigint AS unpublished,
        coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_s
   FROM outbox_events
  WHERE published_at IS NULL;
+
+-- name: gauge_pools
+-- Per pool: paused (by spec, or after the provider refused the key or the quota), and cooling
+-- down after a 429. Few rows: one per InferencePool.
+SELECT name AS pool,
+       (paused OR coalesce(paused_until > now(), false)) AS paused,
+       coalesce(cooldown_until > now(), false) AS cooling
+  FROM pools;

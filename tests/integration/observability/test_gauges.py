@@ -42,6 +42,12 @@ async def test_values_follow_the_database(db: asyncpg.Connection, database_url: 
         pool, tenant = factories.POOL, factories.TENANT
         assert sample("lading_jobs", pool=pool, tenant=tenant, state="READY") == 5
         assert sample("lading_oldest_eligible_age_seconds", pool=pool) is not None
+        assert sample("lading_pool_paused", pool=pool) == 0
+
+        await db.execute("UPDATE pools SET paused_until = now() + interval '1 minute'")
+        await refresher.run_once()
+        assert sample("lading_pool_paused", pool=pool) == 1
+        await db.execute("UPDATE pools SET paused_until = NULL")
 
         claimed = await jobs.claim_batch(db, pool=pool, worker_id=WorkerId("w"), limit=2, lease_ttl_s=30)
         assert len(claimed) == 2

@@ -292,10 +292,17 @@ def test_worker_environment_comes_from_secrets_and_config() -> None:
     assert env["LADING_ENDPOINT_SECRETS_DIR"]["value"] == "/etc/lading/endpoint-secrets"
 
 
-def test_minimal_config_renders_only_the_database() -> None:
+def test_minimal_config_renders_only_the_database_and_the_log_format() -> None:
     env = env_of(rendering.worker_deployment(EXTERNAL_NO_KEY, uid=UID, config=rendering.OperatorConfig(), replicas=1))
-    assert set(env) == {"DATABASE_URL"}
+    assert set(env) == {"DATABASE_URL", "LADING_LOG_FORMAT"}
+    assert env["LADING_LOG_FORMAT"]["value"] == "json"
     assert env["DATABASE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "lading-database", "key": "url"}}
+
+
+def test_vllm_workers_are_told_where_the_vllm_service_answers() -> None:
+    env = env_of(rendering.worker_deployment(VLLM_DEFAULTS, uid=UID, config=CONFIG, replicas=1))
+    assert env["LADING_PROVIDER_URL"]["value"] == rendering.vllm_endpoint_url(VLLM_DEFAULTS)
+    assert "LADING_PROVIDER_URL" not in env_of(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1))
 
 
 def test_endpoint_signing_secrets_are_projected_as_namespace_dot_name() -> None:
