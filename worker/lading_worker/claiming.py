@@ -134,6 +134,11 @@ class Claimer:
             )
             if finish.pause_pool_s is not None:
                 self._paused_until_mono = max(self._paused_until_mono, inflight.InFlight.now() + finish.pause_pool_s)
+            # One line per attempt, ids bound by the caller; classes only, never text or output.
+            logger.info(
+                "Attempt finished: %s -> %s%s", finish.outcome, finish.to.value,
+                f" ({finish.error_class})" if finish.error_class else "",
+            )
             await self._committer.submit(finish)
         except asyncio.CancelledError:
             logger.info("Attempt %s/%s cancelled; nothing committed", attempt.job.id, attempt.job.fence)
