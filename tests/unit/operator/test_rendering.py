@@ -302,7 +302,8 @@ def test_minimal_config_renders_only_the_database_and_the_log_format() -> None:
 def test_vllm_workers_are_told_where_the_vllm_service_answers() -> None:
     env = env_of(rendering.worker_deployment(VLLM_DEFAULTS, uid=UID, config=CONFIG, replicas=1))
     assert env["LADING_PROVIDER_URL"]["value"] == rendering.vllm_endpoint_url(VLLM_DEFAULTS)
-    assert "LADING_PROVIDER_URL" not in env_of(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1))
+    external = rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1)
+    assert "LADING_PROVIDER_URL" not in env_of(external)
 
 
 def test_endpoint_signing_secrets_are_projected_as_namespace_dot_name() -> None:
