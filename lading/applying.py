@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 
-from lading import accepting, errors
+from lading import accepting, errors, metrics
 from lading.db import registry
 from lading.documents import manifests as document_manifests
 from lading.ids import PoolName, TenantName
@@ -134,11 +134,25 @@ async def admit_batch(
     A batch with spec.manifestUri takes its manifest from `manifest` (see `spool_manifest`);
     without one, it is read here with `documents` settings, so callers that hold a
     transaction should spool first."""
+    try:
+        return await _admit_batch(conn, batch, manifest=manifest, documents=documents)
+    except AdmissionRejected as exc:
+        metrics.ADMISSION_REJECTIONS.labels(exc.reason).inc()  # reasons are a closed CamelCase set
+        raise
+
+
+async def _admit_batch(
+        conn: asyncpg.Connection,
+        batch: specs.ExtractionBatch,
+        *,
+        manifest: document_manifests.Spooled | None,
+        documents: DocumentSettings | None,
+) -> AppliedBatch:
     namespace = batch.metadata.namespace or "default"
     spec = batch.spec
     if spec.manifest_uri is not None and manifest is None:
         async with spool_manifest(batch, documents=documents or DocumentSettings()) as spooled:
-            return await admit_batch(conn, batch, manifest=spooled, documents=documents)
+            return await _admit_batch(conn, batch, manifest=spooled, documents=documents)
     tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
     if tenant is None:
         raise AdmissionRejected(

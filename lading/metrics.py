@@ -36,6 +36,21 @@ PROVIDER_LATENCY = prom.Histogram(
     ["pool"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
 )
+PROVIDER_FIRST_BYTE = prom.Histogram(
+    "lading_provider_first_byte_seconds",
+    "Time from sending a model request to the first byte of its answer",
+    ["pool"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+TOKENS = prom.Counter(
+    "lading_tokens_total", "Tokens the provider reported, by direction: in (prompt) and out (completion)",
+    ["pool", "direction"],
+)
+ADMISSION_REJECTIONS = prom.Counter(
+    "lading_admission_rejections_total",
+    "Batches not admitted, by reason: NoTenantQuota, PoolNotFound, QuotaExceeded, InvalidManifest, ...",
+    ["reason"],
+)
 COMMIT_BATCH = prom.Histogram(
     "lading_commit_batch_size",
     "Completions committed per group-commit statement",

@@ -51,6 +51,8 @@ class Outcome:
     tokens_in: int | None = None
     tokens_out: int | None = None
     retry_after_s: float | None = None
+    first_byte_s: float | None = None
+    """Seconds from sending the request to the answer's first byte, when the provider measured it."""
     raw_output: str | None = None
     pauses_pool: bool = False
     """The endpoint cannot serve anyone now (key refused, quota or billing): the pool pauses for

@@ -60,6 +60,7 @@ import datetime as dt
 import email.utils
 import json
 import re
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -204,6 +205,7 @@ class OpenAICompatibleProvider:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.total_timeout_s):
                 async with self._open_session().post(
@@ -214,7 +216,10 @@ class OpenAICompatibleProvider:
                         raise_for_status=False,
                         timeout=self._timeout,
                 ) as response:
-                    return await self._answer(response)
+                    # The status line and headers are in: vLLM sends them once the model has
+                    # produced the whole (non-streamed) answer, a hosted API often earlier.
+                    first_byte_s = time.monotonic() - started
+                    return dataclasses.replace(await self._answer(response), first_byte_s=first_byte_s)
         # Order matters: ConnectionTimeoutError is a TimeoutError, ClientConnectorError a ClientOSError.
         except aiohttp.ConnectionTimeoutError:
             return _failed(

@@ -170,6 +170,12 @@ class Executor:
             )
         elapsed = time.monotonic() - started
         self._latency_metric(job.pool).observe(elapsed)
+        if outcome.first_byte_s is not None:
+            metrics.PROVIDER_FIRST_BYTE.labels(job.pool).observe(outcome.first_byte_s)
+        if outcome.tokens_in:
+            metrics.TOKENS.labels(job.pool, "in").inc(outcome.tokens_in)
+        if outcome.tokens_out:
+            metrics.TOKENS.labels(job.pool, "out").inc(outcome.tokens_out)
         if permit is not None and self.limiter is not None:
             await self._settle(self.limiter, permit, outcome)
         return outcome, elapsed
