@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 
-from lading import accepting, errors, metrics
+from lading import accepting, errors, metrics, tracing
 from lading.db import registry
 from lading.documents import manifests as document_manifests
 from lading.ids import PoolName, TenantName
@@ -134,11 +134,16 @@ async def admit_batch(
     A batch with spec.manifestUri takes its manifest from `manifest` (see `spool_manifest`);
     without one, it is read here with `documents` settings, so callers that hold a
     transaction should spool first."""
+    started_ns = tracing.now_ns()
     try:
-        return await _admit_batch(conn, batch, manifest=manifest, documents=documents)
+        applied = await _admit_batch(conn, batch, manifest=manifest, documents=documents)
     except AdmissionRejected as exc:
         metrics.ADMISSION_REJECTIONS.labels(exc.reason).inc()  # reasons are a closed CamelCase set
         raise
+    tracing.record("lading.admission", batch_id=applied.result.batch_id, started_ns=started_ns, attributes={
+        "tenant": applied.tenant, "jobs": len(applied.result.job_ids), "created": applied.result.created,
+    })
+    return applied
 
 
 async def _admit_batch(

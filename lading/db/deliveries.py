@@ -41,6 +41,7 @@ class ClaimedDelivery:
     tenant: str
     document_key: str
     schema: str
+    batch_id: BatchId
     batch_namespace: str
     batch_name: str
     result: dict[str, Any] | None
@@ -213,6 +214,7 @@ async def claim(
             tenant=r["tenant"],
             document_key=r["document_key"],
             schema=r["schema"],
+            batch_id=BatchId(r["batch_id"]),
             batch_namespace=r["batch_namespace"],
             batch_name=r["batch_name"],
             result=r["result"],

@@ -52,7 +52,7 @@ import aiohttp.abc
 import asyncpg
 import yarl
 
-from lading import failpoints, metrics
+from lading import failpoints, logs, metrics, tracing
 from lading import settings as lading_settings
 from lading.db import deliveries
 from lading.delivery import breaker, building, egress
@@ -360,6 +360,22 @@ class Dispatcher:
         return keys
 
     async def _attempt(
+            self,
+            endpoint: deliveries.EndpointHealth,
+            claimed: deliveries.ClaimedDelivery,
+            keys: tuple[signing.SigningKey, ...],
+    ) -> AttemptOutcome:
+        with (
+            logs.bound(delivery_id=str(claimed.id), job_id=claimed.job_id, batch_id=claimed.batch_id,
+                       tenant=claimed.tenant),
+            tracing.span("lading.delivery", batch_id=claimed.batch_id, attributes={
+                "delivery_id": str(claimed.id), "job_id": claimed.job_id, "endpoint": endpoint.name,
+                "attempt": claimed.attempt,
+            }),
+        ):
+            return await self._attempt_traced(endpoint, claimed, keys)
+
+    async def _attempt_traced(
             self,
             endpoint: deliveries.EndpointHealth,
             claimed: deliveries.ClaimedDelivery,

@@ -21,7 +21,7 @@ import logging
 
 import asyncpg
 
-from lading import logs, metrics
+from lading import logs, metrics, tracing
 from lading.db import job_documents, jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import ClaimerSettings, LeaseSettings
@@ -123,8 +123,13 @@ class Claimer:
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
         job = attempt.job
-        with logs.bound(job_id=job.id, batch_id=job.batch_id, tenant=job.tenant, attempt=job.attempt,
-                        fence=job.fence, pool=job.pool):
+        with (
+            logs.bound(job_id=job.id, batch_id=job.batch_id, tenant=job.tenant, attempt=job.attempt, fence=job.fence,
+                       pool=job.pool),
+            tracing.span("lading.attempt", batch_id=job.batch_id, attributes={
+                "job_id": job.id, "attempt": job.attempt, "fence": job.fence, "tenant": job.tenant, "pool": job.pool,
+            }),
+        ):
             await self._attempt_bound(attempt)
 
     async def _attempt_bound(self, attempt: inflight.Attempt) -> None:

@@ -35,7 +35,7 @@ WITH picked AS (
     SELECT delivery_id, fence, attempt, $3, clock_timestamp() FROM claimed
 )
 SELECT c.*, clock_timestamp() AS claimed_at,
-       j.tenant, j.document_key, j.schema, b.namespace AS batch_namespace, b.name AS batch_name,
+       j.tenant, j.document_key, j.schema, b.id AS batch_id, b.namespace AS batch_namespace, b.name AS batch_name,
        r.result, coalesce(r.validation_policy, j.validation_policy) AS validation_policy,
        CASE rd.decision WHEN 'approved' THEN 'approved' WHEN 'corrected' THEN 'corrected' ELSE 'passed' END
            AS validation_outcome

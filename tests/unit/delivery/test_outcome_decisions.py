@@ -10,7 +10,7 @@ import pytest
 from lading.db import deliveries
 from lading.delivery import dispatching
 from lading.delivery.states import DeliveryState
-from lading.ids import DeliveryId, Fence, JobId
+from lading.ids import BatchId, DeliveryId, Fence, JobId
 from lading.settings import DeliverySettings
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -23,7 +23,8 @@ def _claimed(*, budget_attempts: int = 1, ambiguous: int = 0, first: dt.datetime
         id=DeliveryId(uuid.uuid4()), job_id=JobId(1), endpoint="acme/erp", attempt=budget_attempts,
         budget_attempts=budget_attempts, ambiguous_attempts=ambiguous, fence=Fence(budget_attempts),
         first_attempt_at=first, created_at=first, claimed_at=NOW, tenant="acme", document_key="k", schema="invoice.v1",
-        batch_namespace="acme", batch_name="b", result={}, validation_policy="p", validation_outcome="passed",
+        batch_id=BatchId(1), batch_namespace="acme", batch_name="b", result={}, validation_policy="p",
+        validation_outcome="passed",
     )  # fmt: skip
 
 

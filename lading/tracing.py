@@ -1,0 +1,91 @@
+"""
+OpenTelemetry tracing: optional, and off unless the process is given an SDK.
+
+Lading only uses the OpenTelemetry *API* (`pip install 'lading[tracing]'`). Without the API
+package, or with the API but no SDK configured, every function here does nothing and costs
+nothing. To export traces, run a process under an SDK the standard way, for example
+`opentelemetry-instrument --traces_exporter otlp lading worker ...` with `opentelemetry-distro`
+and an exporter installed, or configure a TracerProvider before calling Lading in-process.
+
+One trace per batch, without carrying a context through rows and messages: every span of a
+batch (admission, each attempt of each job, each delivery attempt, each event publish and
+ingress) is a child of a virtual root span whose trace id and span id are derived from the
+batch id. Any process that knows the batch id (it is in every job row, delivery row and event
+payload) joins the same trace; each attempt is its own span, carrying the job id, fence and
+attempt number. The trace id is also bound into the JSON logs (`trace_id`), so log lines and
+spans of one batch find each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from lading import logs
+
+try:  # the optional dependency
+    from opentelemetry import trace as otel_trace
+except ImportError:  # pragma: no cover - exercised only where the extra is not installed
+    otel_trace = None  # type: ignore[assignment]
+
+TRACER_NAME = "lading"
+
+
+def batch_trace_id(batch_id: int) -> int:
+    """The 128-bit trace id of a batch: stable across processes, never zero."""
+    return int.from_bytes(hashlib.sha256(f"lading-batch:{batch_id}".encode()).digest()[:16], "big") or 1
+
+
+def _batch_root_span_id(batch_id: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"lading-batch-root:{batch_id}".encode()).digest()[:8], "big") or 1
+
+
+def trace_id_hex(batch_id: int) -> str:
+    return f"{batch_trace_id(batch_id):032x}"
+
+
+def _parent(batch_id: int) -> Any:
+    assert otel_trace is not None
+    return otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(otel_trace.SpanContext(
+        trace_id=batch_trace_id(batch_id),
+        span_id=_batch_root_span_id(batch_id),
+        is_remote=True,
+        trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED),
+    )))
+
+
+def _attributes(batch_id: int, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    extra = {f"lading.{k}": v for k, v in (attributes or {}).items() if v is not None}
+    return {"lading.batch_id": batch_id, **extra}
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def record(name: str, *, batch_id: int, started_ns: int, attributes: Mapping[str, Any] | None = None) -> None:
+    """A span that already happened (from `started_ns` to now): for work whose batch id is only
+    known at its end, such as an admission, which allocates the id."""
+    if otel_trace is None:
+        return
+    tracer = otel_trace.get_tracer(TRACER_NAME)
+    done = tracer.start_span(
+        name, context=_parent(batch_id), attributes=_attributes(batch_id, attributes), start_time=started_ns
+    )
+    done.end()
+
+
+@contextlib.contextmanager
+def span(name: str, *, batch_id: int, attributes: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """A span `name` in the batch's trace (and its trace id bound into the logs) for the body."""
+    with logs.bound(trace_id=trace_id_hex(batch_id)):
+        if otel_trace is None:
+            yield
+            return
+        tracer = otel_trace.get_tracer(TRACER_NAME)
+        attrs = _attributes(batch_id, attributes)
+        with tracer.start_as_current_span(name, context=_parent(batch_id), attributes=attrs):
+            yield
