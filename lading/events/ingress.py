@@ -32,7 +32,7 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 
-from lading import failpoints, metrics
+from lading import failpoints, metrics, tracing
 from lading.db import outbox
 from lading.events import backoff, messages, topology
 from lading.events.relay import BROKER_ERRORS, DATABASE_ERRORS
@@ -81,6 +81,15 @@ class IngressConsumer:
 
     async def record(self, event: messages.Event) -> str:
         """Record one event and apply its effect in one transaction; the outcome."""
+        batch_id = event.payload.get("batch_id")
+        if not isinstance(batch_id, int):
+            return await self._record(event)
+        with tracing.span("lading.ingress", batch_id=batch_id, attributes={
+            "event_id": str(event.event_id), "event_type": event.type, "job_id": event.payload.get("job_id"),
+        }):
+            return await self._record(event)
+
+    async def _record(self, event: messages.Event) -> str:
         async with self._transactions, self._db.acquire() as conn, conn.transaction():
             inserted = await outbox.inbox_record(
                 conn, event_id=event.event_id, type=event.type, digest=event.digest, payload=event.payload

@@ -35,7 +35,7 @@ import aio_pika.exceptions
 import aiormq.exceptions
 import asyncpg
 
-from lading import errors, failpoints, metrics
+from lading import errors, failpoints, metrics, tracing
 from lading.db import outbox
 from lading.events import backoff, messages, topology
 from lading.settings import EventSettings
@@ -159,6 +159,15 @@ class OutboxRelay:
         return result
 
     async def _publish(self, exchange: aio_pika.abc.AbstractExchange, event: outbox.OutboxEvent) -> str:
+        batch_id = event.payload.get("batch_id") if isinstance(event.payload, dict) else None
+        if not isinstance(batch_id, int):
+            return await self._publish_one(exchange, event)
+        with tracing.span("lading.publish", batch_id=batch_id, attributes={
+            "event_id": str(event.event_id), "event_type": event.type, "job_id": event.payload.get("job_id"),
+        }):
+            return await self._publish_one(exchange, event)
+
+    async def _publish_one(self, exchange: aio_pika.abc.AbstractExchange, event: outbox.OutboxEvent) -> str:
         try:
             await exchange.publish(
                 messages.to_message(event),
