@@ -2,11 +2,13 @@
 DeliveryEndpoint reconciler: validate, check the signing Secret, mirror into `endpoints`, and
 mirror the dispatcher's view (circuit breaker, auth failures, delivery counts) into status.
 
-Signing secrets never pass through the operator. The worker Deployment projects each endpoint's
-Secret into `/etc/lading/endpoint-secrets/<namespace>.<name>` and the dispatcher reads it there;
-the operator only checks that the referenced Secret exists and holds the key (Ready=False,
-reason SecretMissing otherwise), reading the Secret's keys and never decoding, logging or writing
-a value. Only endpoints with a Ready secret are handed to pools for projection (by name).
+The worker Deployment projects each endpoint's signing secret into
+`/etc/lading/endpoint-secrets/<namespace>.<name>` and the dispatcher reads it there. The operator
+checks that the referenced Secret exists and holds the key (Ready=False, reason SecretMissing
+otherwise) and copies the value into every pool namespace (`mirroring`: pods mount only their own
+namespace's Secrets), on every reconcile, so a rotation reaches the mirrors within
+`quota_interval_s`. A value is never logged or written anywhere but the mirrors. Only endpoints
+with a Ready secret are handed to pools for projection.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pydantic
 from lading import applying
 from lading.db import observed
 from lading.models import specs
-from lading_operator import conditions, events, kube, rendering, runtime, status
+from lading_operator import conditions, events, kube, mirroring, rendering, runtime, status
 
 logger = logging.getLogger("lading.operator.endpoints")
 
@@ -39,17 +41,6 @@ def parse(body: kopf.Body) -> specs.DeliveryEndpoint:
             "spec": dict(body.spec),
         }
     )
-
-
-async def secret_problem(rt: runtime.Runtime, namespace: str, ref: specs.SecretKeyRef) -> str | None:
-    """Why the signing Secret cannot be used, or None. Looks at key names only, never at values."""
-    secret = await rt.api.get(kube.path("v1", "secrets", namespace=namespace, name=ref.name))
-    if secret is None:
-        return f"Secret {namespace}/{ref.name} does not exist"
-    keys = set(secret.get("data") or {}) | set(secret.get("stringData") or {})
-    if ref.key not in keys:
-        return f"Secret {namespace}/{ref.name} has no key {ref.key!r}"
-    return None
 
 
 async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> None:
@@ -72,7 +63,8 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
     if mirror:
         async with rt.db.acquire() as conn:
             await applying.apply_delivery_endpoint(conn, endpoint)
-    problem = await secret_problem(rt, namespace, endpoint.spec.secret_ref)
+    source = await mirroring.read_source(rt, full, endpoint.spec.secret_ref)
+    problem = source if isinstance(source, str) else None
     before = rt.endpoint_secrets.get(full)
     if problem is None:
         rt.endpoint_secrets[full] = rendering.EndpointSecret(
@@ -80,8 +72,9 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
         )
     else:
         rt.endpoint_secrets.pop(full, None)
-    if rt.endpoint_secrets.get(full) != before:
-        rt.wake_namespace("InferencePool", namespace)  # its pools' workers project the signing Secrets
+    moved = await mirroring.sync_endpoint(rt, full, None if isinstance(source, str) else source)
+    if moved or rt.endpoint_secrets.get(full) != before:
+        rt.wake_kind("InferencePool")  # every pool's workers project the signing secrets (mirrored)
     health = None
     if rt.has_deliveries:
         async with rt.db.acquire() as conn:
@@ -140,5 +133,9 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
 
     @kopf.on.delete(*resource, optional=True, registry=registry_)
     async def forget_endpoint(name: str, namespace: str | None, **_: Any) -> None:
-        if rt.endpoint_secrets.pop(f"{namespace}/{name}", None) is not None:
-            rt.wake_namespace("InferencePool", namespace or "")
+        full = f"{namespace}/{name}"
+        rt.endpoint_secrets.pop(full, None)
+        try:
+            await mirroring.forget_endpoint(rt, full)
+        except kube.KubeError as exc:  # a pool's loop deletes mirrors of vanished endpoints when it starts
+            logger.warning("%s %s: deleting its signing secret's mirrors failed: %s", KIND, full, exc)

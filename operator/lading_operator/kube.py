@@ -1,7 +1,7 @@
 """
 The operator's own small Kubernetes client: finding the cluster, and the few calls kopf does
-not make for us (status merge patches, the Deployments and Services of a pool, reading a Secret's
-keys).
+not make for us (status merge patches, the Deployments and Services of a pool, the mirrors of
+signing Secrets).
 
 Finding the cluster the standard way: an explicit `--kubeconfig` file, else the in-cluster service
 account, else `$KUBECONFIG` / `~/.kube/config`. kopf logs in with the same `ConnectionInfo`
@@ -10,8 +10,9 @@ same credentials.
 
 Writes are JSON merge patches and plain creates: no server-side apply, no PUT (the operator must
 work against any conformant API server, and its test emulator supports neither). Every call has
-a timeout. Bodies of errors are shortened before they reach an exception: they never carry a
-Secret (the operator never writes Secrets, and reads only their keys).
+a timeout. Bodies of errors are shortened before they reach an exception; calls on Secrets
+(`mirroring` reads signing secrets and writes their mirrors) replace the body with the call and
+the Secret's name, so no value can reach an exception.
 """
 
 from __future__ import annotations

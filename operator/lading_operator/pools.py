@@ -42,7 +42,7 @@ from lading import applying
 from lading.db import scaling as db_scaling
 from lading.ids import PoolName
 from lading.models import specs
-from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling, status
+from lading_operator import conditions, events, headroom, kube, mirroring, rendering, runtime, scaling, status
 
 logger = logging.getLogger("lading.operator.pools")
 
@@ -94,6 +94,7 @@ class Reconciler:
         self.name = str(body.metadata.name)
         self.key = key(self.namespace, self.name)
         self.mirrored: int | None = None
+        self.swept = False
         self.state = scaling.ScaleState()
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
 
@@ -143,13 +144,12 @@ class Reconciler:
                 await applying.apply_inference_pool(conn, pool)
             self.mirrored = generation
             self.rt.something_appeared()
+        if not self.swept:  # once per loop: mirrors of endpoints deleted while the operator was down
+            await mirroring.sweep(self.rt, self.namespace)
+            self.swept = True
+        # Every endpoint's signing secret: its own namespace's by reference, the others' mirrored here first.
         config = dataclasses.replace(
-            self.rt.settings.render,
-            endpoint_secrets=tuple(
-                secret
-                for full, secret in sorted(self.rt.endpoint_secrets.items())
-                if full.split("/", 1)[0] == self.namespace
-            ),
+            self.rt.settings.render, endpoint_secrets=await mirroring.for_namespace(self.rt, self.namespace)
         )
         keda = pool.spec.workers.scaling == "keda"
         vllm = pool.spec.provider == "vllm"

@@ -110,7 +110,8 @@ class EndpointSecret:
     """A DeliveryEndpoint's signing secret, projected into the worker pod as `<namespace>.<name>`.
 
     The Secret must live in the pool's namespace (a pod can mount only its own namespace's Secrets):
-    the operator mirrors each DeliveryEndpoint's signing secret there before rendering.
+    an endpoint of the pool's namespace is projected from its own Secret; for the others, the operator
+    mirrors the signing secret there before rendering (`mirroring`: `lading-endpoint-<namespace>.<name>`).
     """
 
     endpoint: str

@@ -90,6 +90,9 @@ class Runtime:
     )
     endpoint_secrets: dict[str, Any] = dataclasses.field(default_factory=dict)
     """DeliveryEndpoint 'namespace/name' -> rendering.EndpointSecret (names only, never values)."""
+    mirrored: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    """(pool namespace, DeliveryEndpoint 'namespace/name') -> sha256 of the signing secret mirrored there
+    (mirroring.py; a digest, never a value)."""
 
     def wakeup(self, key: ObjectKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -112,6 +115,12 @@ class Runtime:
         """Wake every loop of `kind` in `namespace` (e.g. pools, when an endpoint's signing Secret changed)."""
         for key in list(self.wakeups):
             if key[0] == kind and key[1] == namespace:
+                self.wake(key)
+
+    def wake_kind(self, kind: str) -> None:
+        """Wake every loop of `kind` (e.g. pools of all namespaces, when an endpoint's mirrors changed)."""
+        for key in list(self.wakeups):
+            if key[0] == kind:
                 self.wake(key)
 
     def wait_in_queue(self, key: ObjectKey, tenant: TenantName) -> None:

@@ -56,7 +56,9 @@ BACKBONE: dict[str, kmock.ResourceInfo] = {
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
         kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch", "get"}
     ),
-    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True, verbs={"get", "list", "create", "patch"}),
+    "v1/secrets": kmock.ResourceInfo(
+        kind="Secret", namespaced=True, verbs={"get", "list", "create", "patch", "delete"}
+    ),
     "v1/services": kmock.ResourceInfo(
         kind="Service", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
     ),
