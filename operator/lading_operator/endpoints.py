@@ -58,7 +58,9 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
                                      generation=generation)  # fmt: skip
         await _write(rt, namespace, name, live, conditions.dump(
             status.DeliveryEndpointStatus(observed_generation=generation, conditions=[ready])))  # fmt: skip
-        rt.endpoint_secrets.pop(full, None)
+        projected = rt.endpoint_secrets.pop(full, None) is not None
+        if await mirroring.sync_endpoint(rt, full, None) or projected:
+            rt.wake_kind("InferencePool")
         return
     if mirror:
         async with rt.db.acquire() as conn:

@@ -264,6 +264,9 @@ async def sweep(rt: runtime.Runtime, namespace: str) -> int:
             continue
         endpoint_namespace, _, name = endpoint.partition("/")
         path = kube.path(specs.API_VERSION, "deliveryendpoints", namespace=endpoint_namespace, name=name)
-        if await rt.api.get(path) is None:
-            deleted += await remove(rt, endpoint, namespace)
+        try:
+            if await rt.api.get(path) is None:
+                deleted += await remove(rt, endpoint, namespace)
+        except kube.KubeError as exc:  # e.g. a namespace this operator may not read: left alone
+            logger.warning("mirror of DeliveryEndpoint %s in %s: not swept: %s", endpoint, namespace, exc)
     return deleted

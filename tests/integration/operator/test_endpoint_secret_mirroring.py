@@ -43,15 +43,7 @@ async def test_a_tenant_endpoint_secret_is_mirrored_rotated_and_removed_and_its_
     caplog.set_level(logging.DEBUG)
     await conftest.create_pool(api, POOL_NAMESPACE, "builtin")
     await kube_emulator.wait_for(emulator, DEPLOYMENTS, POOL_NAMESPACE, "builtin-worker", lambda o: True)
-    await api.create(kube.path("v1", "secrets", namespace="acme"), {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "erp-signing", "namespace": "acme"},
-        "data": {"secret": _b64(FIRST)},
-    })  # fmt: skip
-    await api.create(kube.path(conftest.GROUP_VERSION, "deliveryendpoints", namespace="acme"), {
-        "apiVersion": conftest.GROUP_VERSION, "kind": "DeliveryEndpoint",
-        "metadata": {"name": "erp", "namespace": "acme"},
-        "spec": {"url": "https://erp.acme.example/hook", "secretRef": {"name": "erp-signing", "key": "secret"}},
-    })  # fmt: skip
+    await _secret_and_endpoint(api, "erp", FIRST)
 
     # The mirror: same value, one key, labelled and annotated with a digest of the value.
     mirror = await kube_emulator.wait_for(emulator, SECRETS, POOL_NAMESPACE, MIRROR, lambda o: True)
@@ -113,11 +105,22 @@ async def test_mirrors_of_vanished_endpoints_are_swept_and_foreign_secrets_left_
     foreign = {"apiVersion": "v1", "kind": "Secret",
                "metadata": {"name": "lading-endpoint-acme.other", "namespace": POOL_NAMESPACE},
                "data": {"secret": _b64(SECOND)}}  # fmt: skip
-    await api.create(secrets, foreign)
+    foreign_stored = await api.create(secrets, foreign)
     await conftest.create_pool(api, POOL_NAMESPACE, "builtin")
     await kube_emulator.wait_for(emulator, DEPLOYMENTS, POOL_NAMESPACE, "builtin-worker", lambda o: True)
     await _until_gone(emulator, POOL_NAMESPACE, "lading-endpoint-acme.gone")
     assert emulator.stored(SECRETS, POOL_NAMESPACE, "lading-endpoint-acme.other") is not None
+
+    # An endpoint whose mirror name is taken by a Secret the operator did not write: never overwritten,
+    # not projected. Once `erp` (ready after `other`) is projected, `other` was considered and left out.
+    for name, value in (("other", SECOND), ("erp", FIRST)):
+        await _secret_and_endpoint(api, name, value)
+        await kube_emulator.wait_for(emulator, ENDPOINTS, "acme", name, _registered)
+    worker = await kube_emulator.wait_for(
+        emulator, DEPLOYMENTS, POOL_NAMESPACE, "builtin-worker", lambda o: bool(_projected(o))
+    )
+    assert [s["name"] for s in _projected(worker)] == [MIRROR]
+    assert emulator.stored(SECRETS, POOL_NAMESPACE, "lading-endpoint-acme.other") == foreign_stored
 
 
 async def test_mirrors_follow_the_pool_namespaces_and_the_source_secret(
@@ -125,15 +128,7 @@ async def test_mirrors_follow_the_pool_namespaces_and_the_source_secret(
 ) -> None:
     for namespace in (POOL_NAMESPACE, "gpu"):
         await conftest.create_pool(api, namespace, "builtin")
-    await api.create(kube.path("v1", "secrets", namespace="acme"), {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "erp-signing", "namespace": "acme"},
-        "data": {"secret": _b64(FIRST)},
-    })  # fmt: skip
-    await api.create(kube.path(conftest.GROUP_VERSION, "deliveryendpoints", namespace="acme"), {
-        "apiVersion": conftest.GROUP_VERSION, "kind": "DeliveryEndpoint",
-        "metadata": {"name": "erp", "namespace": "acme"},
-        "spec": {"url": "https://erp.acme.example/hook", "secretRef": {"name": "erp-signing", "key": "secret"}},
-    })  # fmt: skip
+    await _secret_and_endpoint(api, "erp", FIRST)
     for namespace in (POOL_NAMESPACE, "gpu"):
         await kube_emulator.wait_for(emulator, DEPLOYMENTS, namespace, "builtin-worker", lambda o: bool(_projected(o)))
         assert emulator.stored(SECRETS, namespace, MIRROR) is not None
@@ -165,6 +160,24 @@ def test_mirror_names_are_distinct_dns_subdomains_of_at_most_253_characters() ->
     assert len(names) == 2 and all(len(n) <= 253 and n[-1].isalnum() for n in names)
     assert "FIRST" not in repr(mirroring.Source(endpoint="a/b", data="RklSU1Q=", digest="d"))
     assert "RklSU1Q=" not in repr(mirroring.Source(endpoint="a/b", data="RklSU1Q=", digest="d"))
+
+
+def _registered(endpoint: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["reason"] == "Registered" for c in endpoint.get("status", {}).get("conditions", [])
+    )
+
+
+async def _secret_and_endpoint(api: kube.Client, name: str, value: str) -> None:
+    await api.create(kube.path("v1", "secrets", namespace="acme"), {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-signing", "namespace": "acme"},
+        "data": {"secret": _b64(value)},
+    })  # fmt: skip
+    await api.create(kube.path(conftest.GROUP_VERSION, "deliveryendpoints", namespace="acme"), {
+        "apiVersion": conftest.GROUP_VERSION, "kind": "DeliveryEndpoint",
+        "metadata": {"name": name, "namespace": "acme"},
+        "spec": {"url": f"https://{name}.acme.example/hook", "secretRef": {"name": f"{name}-signing", "key": "secret"}},
+    })  # fmt: skip
 
 
 async def _until_gone(emulator: kube_emulator.KubeEmulator, namespace: str, name: str) -> None:
