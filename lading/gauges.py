@@ -50,7 +50,12 @@ async def refreshing(database_url: str, *, settings: GaugeSettings | None = None
         yield refresher
     finally:
         stop.set()
-        await task
+        # Not `await task`: a framework that cancels every task of the loop at shutdown (kopf does)
+        # may have cancelled it already, and that must not turn a clean exit into an error.
+        await asyncio.wait([task])
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
 
 
 class GaugeRefresher:
