@@ -953,3 +953,11 @@ class Secret(Resource):
 
 LADING_KINDS: tuple[type[Resource], ...] = (TenantQuota, InferencePool, DeliveryEndpoint, ExtractionBatch)
 """Custom resources of group lading.dev; the CRD generator renders one CRD per entry."""
+
+
+# Some models refer to models defined after them (VllmSettings -> ModelCache, Toleration). pydantic
+# completes such a model lazily, on first use, so its JSON schema (and the CRD generated from it)
+# would depend on what happened to be built first. Completing every model here makes it one answer.
+for _model in [m for m in list(globals().values()) if isinstance(m, type) and issubclass(m, pydantic.BaseModel)]:
+    _model.model_rebuild(force=True)
+del _model
