@@ -84,6 +84,9 @@ WITH input AS (
                   $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[], $15::bool[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
                 tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back)
+), locked AS (
+    -- Lock the rows in id order before changing them (see job_heartbeat_many).
+    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -98,7 +101,7 @@ WITH input AS (
            last_error_class = i.error_class,
            last_error = i.error,
            updated_at = clock_timestamp()
-      FROM input i
+      FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id
        AND j.fence = i.fence
        AND j.worker_id = $13
@@ -139,10 +142,19 @@ SELECT id FROM finished;
 -- name: job_heartbeat_many
 -- Extend the leases this worker still owns; a job missing from the result is lost.
 -- (A lease exists only while RUNNING; see job_finish_many on why it is written this way.)
+-- Rows are locked in id order first, as job_finish_many does: the worker's heartbeater and
+-- committer touch the same rows from two connections, and in any other order they deadlock.
+WITH locked AS (
+    SELECT j.id
+      FROM extraction_jobs j JOIN unnest($1::bigint[], $2::bigint[]) AS h(job_id, fence) ON j.id = h.job_id
+     WHERE j.fence = h.fence AND j.worker_id = $4 AND j.lease_until > clock_timestamp()
+     ORDER BY j.id
+       FOR UPDATE OF j
+)
 UPDATE extraction_jobs j
    SET lease_until = clock_timestamp() + make_interval(secs => $3), updated_at = clock_timestamp()
-  FROM unnest($1::bigint[], $2::bigint[]) AS h(job_id, fence)
- WHERE j.id = h.job_id AND j.fence = h.fence AND j.worker_id = $4 AND j.lease_until > clock_timestamp()
+  FROM locked l
+ WHERE j.id = l.id AND j.worker_id = $4 AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
 -- name: job_release_many
