@@ -42,7 +42,7 @@ from typing import Any
 import asyncpg
 
 from lading import metrics
-from lading.db import queries
+from lading.db import queries, registry
 from lading.ids import JobId, PoolName
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class LimiterSettings:
     """Pacing: at most this many seconds' worth of requestsPerMinute/60 are sent in any one second.
     1.0 spreads a minute's budget evenly; 60 turns pacing off (the whole minute at once)."""
     prune_every_s: float = 30.0
-    """How often a process deletes permits that no longer count."""
+    """How often a process deletes permits that no longer count and re-reads the pool's limits."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +128,7 @@ class PoolLimiter:
         self.limits = limits
         self.settings = settings or LimiterSettings()
         self._asking = asyncio.Lock()  # FIFO: waiters are served in arrival order
-        self._last_prune = 0.0
+        self._last_prune = time.monotonic()  # limits were just given; the first refresh is due later
         self._released = asyncio.Event()  # set by a release in this process or heard from another
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listening = False
@@ -234,6 +234,17 @@ class PoolLimiter:
         self._last_prune = now
         async with self.db.acquire() as conn:
             await conn.execute(queries.sql("limiter_prune"), self.pool)
+            await self.refresh_limits(conn)
+
+    async def refresh_limits(self, conn: asyncpg.Connection) -> None:
+        """Take up the pool's current limits (the operator mirrors spec changes into `pools.spec`), so a
+        raised or lowered limit reaches running workers within `prune_every_s`, without a restart."""
+        pool = await registry.get_pool(conn, name=self.pool)
+        if pool is not None:
+            limits = Limits.from_spec(pool.spec)
+            if limits != self.limits:
+                logger.info("Pool %s limits now %s", self.pool, limits)
+                self.limits = limits
 
 
 async def usage(conn: asyncpg.Connection, *, pool: PoolName) -> tuple[int, int, int]:

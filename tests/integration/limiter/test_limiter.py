@@ -172,3 +172,15 @@ async def test_a_document_larger_than_the_minute_budget_is_still_admitted_alone(
     async with asyncio.timeout(10):
         permit = await lim.acquire(job_id=JobId(1), fence=1, tokens=50_000)
     assert permit.tokens_reserved == 1000
+
+
+async def test_changed_limits_reach_a_running_limiter(replicas: list[asyncpg.Pool], db: asyncpg.Connection) -> None:
+    lim = limiter(replicas[0], concurrency=1)
+    assert isinstance(await ask(lim), limiting.Permit)
+    assert isinstance(await ask(lim), limiting.Refusal)
+    await db.execute("UPDATE pools SET spec = $1 WHERE name = $2",
+                     {"limits": {"requestsPerMinute": 10_000, "tokensPerMinute": 10_000_000, "maxConcurrency": 3}},
+                     POOL)  # fmt: skip
+    await lim.refresh_limits(db)  # what the limiter does by itself every prune_every_s
+    assert lim.limits.max_concurrency == 3
+    assert isinstance(await ask(lim), limiting.Permit)
