@@ -115,24 +115,7 @@ async def accept_batch(
     try:
         async with conn.transaction():
             await conn.execute("SELECT set_config('lock_timeout', $1, true)", f"{int(lock_timeout_s * 1000)}ms")
-            inserted = await conn.fetchrow(
-                queries.sql("batch_insert"),
-                request.tenant,
-                request.namespace,
-                request.name,
-                request.uid,
-                request.idempotency_key,
-                batch_hash,
-                hashing.HASH_VERSION,
-                request.schema,
-                request.pool,
-                request.validation_policy,
-                PRIORITIES[request.priority],
-                request.deadline_s,
-                request.endpoint,
-                request.suspended,
-                len(request.documents),
-            )
+            inserted = await _insert_batch(conn, request, batch_hash, total_jobs=len(request.documents))
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
             batch_id = BatchId(inserted["id"])
@@ -195,24 +178,7 @@ async def _accept_manifest(
             async for key, digest in job_documents.staged_pairs(conn):
                 hasher.add(key, digest)
             batch_hash = hasher.hexdigest()
-            inserted = await conn.fetchrow(
-                queries.sql("batch_insert"),
-                request.tenant,
-                request.namespace,
-                request.name,
-                request.uid,
-                request.idempotency_key,
-                batch_hash,
-                hashing.HASH_VERSION,
-                request.schema,
-                request.pool,
-                request.validation_policy,
-                PRIORITIES[request.priority],
-                request.deadline_s,
-                request.endpoint,
-                request.suspended,
-                manifest.documents,
-            )
+            inserted = await _insert_batch(conn, request, batch_hash, total_jobs=manifest.documents)
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
             batch_id = BatchId(inserted["id"])
@@ -252,6 +218,34 @@ async def _accept_manifest(
             f"batch {request.idempotency_key} is being accepted by another transaction; retry shortly"
         ) from None
     return AcceptResult(batch_id=batch_id, job_ids=job_ids, created=True)
+
+
+async def _insert_batch(
+        conn: asyncpg.Connection,
+        request: BatchRequest,
+        batch_hash: str,
+        *,
+        total_jobs: int,
+) -> asyncpg.Record | None:
+    """The batch row (id, now), or None when the idempotency key is taken (ON CONFLICT DO NOTHING)."""
+    return await conn.fetchrow(
+        queries.sql("batch_insert"),
+        request.tenant,
+        request.namespace,
+        request.name,
+        request.uid,
+        request.idempotency_key,
+        batch_hash,
+        hashing.HASH_VERSION,
+        request.schema,
+        request.pool,
+        request.validation_policy,
+        PRIORITIES[request.priority],
+        request.deadline_s,
+        request.endpoint,
+        request.suspended,
+        total_jobs,
+    )
 
 
 async def _existing(conn: asyncpg.Connection, request: BatchRequest, batch_hash: str) -> AcceptResult:
