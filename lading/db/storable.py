@@ -1,0 +1,138 @@
+"""
+What PostgreSQL can store, and what to do with a row it refuses.
+
+PostgreSQL's `text` and `jsonb` cannot hold U+0000, a UTF-8 encoder cannot encode a lone
+surrogate, and `bigint` stops at 2⁶³-1. Such a value is a fact about the *row*, not about the
+server: retrying it can never succeed, and retrying the group it came in would hold every good
+row of that group hostage. Two defences, in this order:
+
+1. **At the boundary where a value enters** (spec models, model output, broker messages, the
+   receiver, review corrections) `unstorable_reason` names what is wrong, and the value is
+   refused with a named error there.
+2. **Defence in depth in every multi-row writer** (the committer, the dispatcher's record, the
+   relay, the ingress): a statement that fails with a data error (`is_data_error`: SQLSTATE
+   classes 22 and 54, raised by the server or by asyncpg's own argument encoding) is split by
+   `isolate` until every good row is written and each bad one is alone; the writer then ends
+   the bad one terminally with error class `UNSTORABLE`. A data error is never "database
+   unavailable".
+
+`isolate` does not open transactions: each call of `apply` must be its own unit of work (its
+own transaction, or a savepoint inside the caller's), because a failed statement aborts the
+transaction it ran in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Generic, TypeVar
+
+import asyncpg
+
+UNSTORABLE = "UNSTORABLE"
+"""Error class of a row that PostgreSQL refused to store (SQLSTATE class 22 or 54)."""
+
+DATA_ERROR_CLASSES = ("22", "54")
+"""SQLSTATE classes that blame the data: data exception, program limit exceeded."""
+
+BIGINT_MAX = 2**63 - 1
+BIGINT_MIN = -(2**63)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """True when `exc` says a value cannot be stored (never retry it as is), as opposed to the
+    database being unreachable, restarting, or a serialization/deadlock failure."""
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in DATA_ERROR_CLASSES
+
+
+def unstorable_reason(value: object, *, where: str = "value") -> str | None:
+    """Why `value` (str, number, or JSON-like nesting of them) cannot be stored, naming the
+    place (`where`, extended with keys and indexes); None when it can.
+
+    Checks: U+0000 and lone surrogates in strings (keys included), integers outside bigint,
+    floats that are not finite (JSON has no NaN or Infinity). Iterative, so a 10,000-deep
+    nesting is checked without recursion."""
+    stack: list[tuple[object, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            reason = _text_reason(item)
+            if reason is not None:
+                return f"{path}: {reason}"
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not BIGINT_MIN <= item <= BIGINT_MAX:
+                return f"{path}: integer out of range (more than 64 bits)"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{path}: {item!r} is not a finite number"
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                key_reason = _text_reason(key) if isinstance(key, str) else None
+                if key_reason is not None:
+                    return f"{path}: a key {key_reason}"
+                stack.append((child, f"{path}.{key}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _text_reason(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains U+0000 (NUL), which PostgreSQL text cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate U+{ord(text[exc.start]):04X}, which is not valid UTF-8"
+    return None
+
+
+def escaped(text: str) -> str:
+    """`text` with NUL and lone surrogates written as `\\u0000`/`\\udXXX` escapes: storable, and
+    still showing a reviewer exactly what was received."""
+    if _text_reason(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
+
+
+@dataclasses.dataclass
+class Isolated(Generic[T, R]):
+    """The outcome of `isolate`: the results of the groups that were written, and each item
+    that could not be written with the data error it caused alone."""
+
+    results: list[R] = dataclasses.field(default_factory=list)
+    refused: list[tuple[T, asyncpg.PostgresError]] = dataclasses.field(default_factory=list)
+
+
+async def isolate(
+        items: Sequence[T],
+        apply: Callable[[Sequence[T]], Awaitable[R]],
+) -> Isolated[T, R]:
+    """Apply `items` in one call; on a data error, bisect until every good item is applied and
+    every bad one failed alone. Any other error propagates (the caller's retry decides).
+
+    The good path costs one call; a group with one bad row costs about 2·log₂(n) calls."""
+    outcome: Isolated[T, R] = Isolated()
+    pending: list[Sequence[T]] = [items] if items else []
+    while pending:
+        group = pending.pop()
+        try:
+            outcome.results.append(await apply(group))
+        except asyncpg.PostgresError as exc:
+            if not is_data_error(exc):
+                raise
+            if len(group) == 1:
+                outcome.refused.append((group[0], exc))
+                continue
+            middle = len(group) // 2
+            pending.append(group[middle:])
+            pending.append(group[:middle])
+    return outcome
