@@ -160,6 +160,13 @@ async def _admit_batch(
             return await _admit_batch(conn, batch, manifest=spooled, documents=documents)
     tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
     if tenant is None:
+        claimants = await registry.tenants_for_namespace(conn, namespace=namespace)
+        if len(claimants) > 1:  # a namespace listed by two quotas is admitted by neither
+            raise AdmissionRejected(
+                reason="NoTenantQuota",
+                message=f"namespace {namespace} is listed by TenantQuotas {', '.join(claimants)}: a namespace "
+                "listed by more than one quota belongs to none of them; remove it from all but one",
+            )
         raise AdmissionRejected(
             reason="NoTenantQuota", message=f"namespace {namespace} is not covered by any TenantQuota"
         )

@@ -26,6 +26,20 @@ class Pool:
     paused: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class TenantRules:
+    """What a TenantQuota lets a batch of its namespaces do: everything admission checks."""
+
+    tenant: TenantName
+    max_queued_jobs: int | None
+    max_queued_bytes: int | None
+    """None: no byte limit."""
+    allowed_pools: tuple[PoolName, ...] | None
+    """'namespace/name' of each allowed InferencePool; None: any pool."""
+    allowed_priorities: tuple[str, ...] | None
+    """None: every priority class."""
+
+
 async def upsert_tenant(
         conn: asyncpg.Connection,
         *,
@@ -42,9 +56,53 @@ async def upsert_tenant(
 
 
 async def tenant_for_namespace(conn: asyncpg.Connection, *, namespace: str) -> TenantName | None:
-    """The tenant whose quota covers `namespace`, or None (then nothing is admitted)."""
-    rows = await conn.fetch(queries.sql("tenant_for_namespace"), namespace)
-    return TenantName(rows[0]["name"]) if rows else None
+    """The one tenant whose quota covers `namespace`, or None: no quota lists it, or two or more do
+    (a conflict: a namespace listed by two quotas is admitted by neither). Nothing is admitted
+    where this is None; `tenants_for_namespace` tells the two cases apart."""
+    name = await conn.fetchval(queries.sql("tenant_for_namespace"), namespace)
+    return None if name is None else TenantName(name)
+
+
+async def tenants_for_namespace(conn: asyncpg.Connection, *, namespace: str) -> list[TenantName]:
+    """Every tenant that lists `namespace`, in name order (two or more: a conflict)."""
+    rows = await conn.fetch(queries.sql("tenant_list_for_namespace"), namespace)
+    return [TenantName(row["name"]) for row in rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class NamespaceConflict:
+    """A namespace this tenant lists that `other` lists too: neither admits batches there."""
+
+    namespace: str
+    other: TenantName
+
+
+async def tenant_namespace_conflicts(conn: asyncpg.Connection, *, tenant: TenantName) -> list[NamespaceConflict]:
+    """The namespaces of `tenant` that another tenant also lists, with that tenant."""
+    rows = await conn.fetch(queries.sql("tenant_namespace_conflicts"), tenant)
+    return [NamespaceConflict(namespace=row["namespace"], other=TenantName(row["other"])) for row in rows]
+
+
+async def revoke_tenant(conn: asyncpg.Connection, *, name: TenantName) -> list[str] | None:
+    """Take every namespace away from `name` (its TenantQuota is going); the namespaces it had, or
+    None when there is no such tenant. The row stays: jobs already queued keep their tenant and finish."""
+    row = await conn.fetchrow(queries.sql("tenant_revoke"), name)
+    return None if row is None else list(row["namespaces"])
+
+
+async def tenant_rules(conn: asyncpg.Connection, *, tenant: TenantName) -> TenantRules | None:
+    """The rules of `tenant`'s TenantQuota, or None when there is no such tenant."""
+    row = await conn.fetchrow(queries.sql("tenant_rules_get"), tenant)
+    if row is None:
+        return None
+    pools, priorities = row["allowed_pools"], row["allowed_priorities"]
+    return TenantRules(
+        tenant=TenantName(row["name"]),
+        max_queued_jobs=None if row["max_queued_jobs"] is None else int(row["max_queued_jobs"]),
+        max_queued_bytes=None if row["max_queued_bytes"] is None else int(row["max_queued_bytes"]),
+        allowed_pools=None if pools is None else tuple(PoolName(str(p)) for p in pools),
+        allowed_priorities=None if priorities is None else tuple(str(p) for p in priorities),
+    )
 
 
 async def upsert_pool(
@@ -70,8 +128,17 @@ async def upsert_endpoint(conn: asyncpg.Connection, *, name: str, url: str, spec
     await conn.execute(queries.sql("endpoint_upsert"), name, url, spec)
 
 
+async def endpoint_exists(conn: asyncpg.Connection, *, name: str) -> bool:
+    """Whether the DeliveryEndpoint `name` ('namespace/name') is registered."""
+    return bool(await conn.fetchval(queries.sql("endpoint_exists"), name))
+
+
 async def tenant_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) -> int:
     return int(await conn.fetchval(queries.sql("tenant_queued_jobs"), tenant))
+
+
+async def tenant_queued_bytes(conn: asyncpg.Connection, *, tenant: TenantName) -> int:
+    return int(await conn.fetchval(queries.sql("tenant_queued_bytes"), tenant))
 
 
 async def tenant_max_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) -> int | None:

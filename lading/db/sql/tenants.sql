@@ -6,8 +6,31 @@ ON CONFLICT (name) DO UPDATE
        max_in_flight = EXCLUDED.max_in_flight, spec = EXCLUDED.spec, updated_at = clock_timestamp();
 
 -- name: tenant_for_namespace
--- Tenant identity comes from trusted context: the namespace of the resource.
+-- Tenant identity comes from trusted context: the namespace of the resource. A namespace listed by
+-- two tenants belongs to neither (NamespaceConflict): no row, so nothing there is admitted.
+SELECT min(name) AS name FROM tenants WHERE $1 = ANY (namespaces) HAVING count(*) = 1;
+
+-- name: tenant_list_for_namespace
+-- Every tenant that lists namespace $1 (more than one: a conflict), in name order.
 SELECT name FROM tenants WHERE $1 = ANY (namespaces) ORDER BY name;
+
+-- name: tenant_namespace_conflicts
+-- The namespaces of tenant $1 that another tenant lists too, with that tenant.
+SELECT ns AS namespace, other.name AS other
+  FROM tenants t
+ CROSS JOIN LATERAL unnest(t.namespaces) AS ns
+  JOIN tenants other ON other.name <> t.name AND ns = ANY (other.namespaces)
+ WHERE t.name = $1
+ ORDER BY ns, other.name;
+
+-- name: tenant_revoke
+-- The TenantQuota is being deleted: its namespaces stop belonging to it (nothing new is admitted
+-- there). The row stays, so jobs already queued keep their tenant and finish. Returns the
+-- namespaces it had.
+UPDATE tenants t SET namespaces = '{}', updated_at = clock_timestamp()
+  FROM (SELECT name, namespaces FROM tenants WHERE name = $1 FOR UPDATE) AS before
+ WHERE t.name = before.name
+RETURNING before.namespaces;
 
 -- name: tenant_queued_jobs
 -- Jobs a tenant has waiting or running: what maxQueuedJobs bounds.
@@ -16,3 +39,17 @@ SELECT count(*)::bigint FROM extraction_jobs
 
 -- name: tenant_max_queued_jobs
 SELECT max_queued_jobs FROM tenants WHERE name = $1;
+
+-- name: tenant_rules_get
+-- Every rule of tenant $1 that admission enforces: queue bounds, allowed pools (null: any) and
+-- allowed priority classes (null: all).
+SELECT name, max_queued_jobs, (spec ->> 'maxQueuedBytes')::bigint AS max_queued_bytes,
+       spec -> 'allowedPools' AS allowed_pools, spec -> 'allowedPriorities' AS allowed_priorities
+  FROM tenants
+ WHERE name = $1;
+
+-- name: tenant_queued_bytes
+-- Document bytes of a tenant's jobs waiting or running: what maxQueuedBytes bounds.
+SELECT coalesce(sum(d.bytes), 0)::bigint
+  FROM extraction_jobs j JOIN job_documents d ON d.job_id = j.id
+ WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
