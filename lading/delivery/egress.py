@@ -18,8 +18,10 @@ in which a rebinding DNS server could swap the address.
 Refused unless allow-listed: loopback, private (RFC 1918, ULA fc00::/7), link-local,
 CGNAT (100.64.0.0/10), multicast, unspecified, reserved and every other non-global range,
 cloud metadata (169.254.169.254, fd00:ec2::254), IPv4 written in legacy numeric forms
-(http://2130706433/, http://0x7f.1/), and IPv6 forms that embed a refused IPv4 address
-(::ffff:127.0.0.1, 6to4, NAT64). `--egress-allow CIDR` (repeatable; `LADING_EGRESS_ALLOW`
+(http://2130706433/, http://0x7f.1/), IPv6 translations of a refused IPv4 address
+(IPv4-mapped ::ffff:127.0.0.1, NAT64 64:ff9b::/96), and the IPv6 tunnels Teredo (2001::/32)
+and 6to4 (2002::/16) whatever IPv4 address they embed: a tunnel's far end is a relay the policy
+cannot see past. A refusal of a form that embeds an IPv4 address names that address too. `--egress-allow CIDR` (repeatable; `LADING_EGRESS_ALLOW`
 comma-separated) allows ranges for every endpoint; `lading run` allows loopback for the
 endpoints it serves itself, and for those only (`Allowance`, per endpoint).
 """
@@ -50,6 +52,8 @@ METADATA: Final = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.
 
 _CGNAT: Final = ipaddress.ip_network("100.64.0.0/10")
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+_TEREDO: Final = ipaddress.ip_network("2001::/32")
+_SIX_TO_FOUR: Final = ipaddress.ip_network("2002::/16")
 _SPECIAL: Final = tuple(
     ipaddress.ip_network(n)
     for n in ("192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
@@ -79,15 +83,22 @@ def parse_cidrs(values: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
-def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+def _translated_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-mapped or NAT64 address reaches: vetted (and allowed) as that one."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
     if ip in _NAT64:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _tunnel(ip: ipaddress.IPv6Address) -> tuple[str, tuple[ipaddress.IPv4Address, ...]] | None:
+    """('Teredo' or '6to4', the IPv4 addresses it embeds) for a tunnel address, else None."""
+    if ip in _TEREDO:
+        server, client = ip.teredo or (ipaddress.IPv4Address(0), ipaddress.IPv4Address(0))
+        return "Teredo", (client, server)
+    if ip in _SIX_TO_FOUR:
+        return "6to4", (ip.sixtofour or ipaddress.IPv4Address(0),)
     return None
 
 
@@ -121,10 +132,17 @@ def refusal(ip: IPAddress) -> str | None:
         ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
     if ip in METADATA:
         return "a cloud metadata address"
-    embedded = _embedded_v4(ip)
-    if embedded is not None:
-        why = _v4_refusal(embedded)
-        return None if why is None else f"an IPv6 form of {embedded}, {why}"
+    tunnel = _tunnel(ip)
+    if tunnel is not None:
+        kind, inside = tunnel
+        embedded = next(((v4, why) for v4 in inside if (why := _v4_refusal(v4)) is not None), None)
+        if embedded is not None:
+            return f"a {kind} tunnel address (embeds {embedded[0]}, {embedded[1]})"
+        return f"a {kind} tunnel address (embeds {inside[0]})"
+    translated = _translated_v4(ip)
+    if translated is not None:
+        why = _v4_refusal(translated)
+        return None if why is None else f"an IPv6 form of {translated}, {why}"
     if ip.is_unspecified:
         return "the unspecified address"
     if ip.is_loopback:
@@ -160,9 +178,11 @@ class EgressPolicy:
             plain = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
         candidates: list[IPAddress] = [plain]
         if isinstance(plain, ipaddress.IPv6Address):
-            embedded = _embedded_v4(plain)
-            if embedded is not None:
-                candidates.append(embedded)
+            # A tunnel is allowed only by a range holding the IPv6 address itself: allowing an
+            # IPv4 range does not allow whatever relay a 6to4 or Teredo address leads through.
+            translated = _translated_v4(plain)
+            if translated is not None:
+                candidates.append(translated)
         if any(c.version == n.version and c in n for c in candidates for n in allowed):
             return
         why = refusal(plain)

@@ -18,7 +18,7 @@ REFUSED = [
     ("::1", "loopback"), ("::", "unspecified"), ("fe80::1", "link-local"), ("fc00::1", "private"),
     ("fd12:3456::1", "private"), ("fd00:ec2::254", "metadata"), ("ff02::1", "multicast"),
     ("::ffff:127.0.0.1", "IPv6 form of 127.0.0.1"), ("::ffff:10.0.0.1", "IPv6 form of 10.0.0.1"),
-    ("::ffff:169.254.169.254", "metadata"), ("2002:7f00:1::", "IPv6 form of 127.0.0.1"),
+    ("::ffff:169.254.169.254", "metadata"), ("2002:7f00:1::", "6to4 tunnel address (embeds 127.0.0.1, a loopback"),
     ("64:ff9b::a00:1", "IPv6 form of 10.0.0.1"),
 ]  # fmt: skip
 
