@@ -21,6 +21,7 @@ Errors name the line and the field and never repeat the line's content (a manife
 presigned URLs):
 
     manifest line 17: sha256: must be 64 lowercase hex characters
+    manifest line 18: uri: contains U+0000 (NUL), which PostgreSQL text cannot store
 
 A manifest with any invalid line admits nothing (`ManifestInvalid`, condition reason
 `InvalidManifest`); a manifest that cannot be read right now (connection refused, 5xx,
@@ -103,6 +104,13 @@ class ManifestLine(pydantic.BaseModel):
     """SHA-256 of the document's bytes (UTF-8 text), 64 lowercase hex characters."""
     bytes: int
     """Size of the document in bytes; a worker reads at most this much and checks it exactly."""
+
+    @pydantic.field_validator("key", "uri", "sha256", mode="before")
+    @classmethod
+    def _storable(cls, value: object) -> object:
+        # Before the patterns, so a NUL (which PostgreSQL text cannot store, and which the COPY of
+        # the spool would fail on) is named as such rather than as "must be a URI".
+        return specs._refuse_unstorable(value)
 
     @pydantic.field_validator("key")
     @classmethod

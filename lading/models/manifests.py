@@ -457,7 +457,7 @@ def _describe(error: Mapping[str, Any], *, echo: bool) -> str:
     if is_key:
         message = f"key: {message}"
     value = error.get("input")
-    quiet = ("missing", "extra_forbidden", "value_error", "assertion_error")  # ours name the value
+    quiet = ("missing", "extra_forbidden", "value_error", "assertion_error", "unstorable")  # ours name the value
     if echo and kind not in quiet and isinstance(value, str | int | float | bool):
         text = repr(value)
         message += f" (got {text[:_INPUT_ECHO_MAX]}{'…' if len(text) > _INPUT_ECHO_MAX else ''})"

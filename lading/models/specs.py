@@ -31,6 +31,9 @@ from typing import Annotated, ClassVar, Literal
 
 import pydantic
 import pydantic.alias_generators
+import pydantic_core
+
+from lading.db import storable
 
 GROUP = "lading.dev"
 VERSION = "v1alpha1"
@@ -44,8 +47,12 @@ SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 POOL_KEY_PATTERN = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-HTTP_URL_PATTERN = r"^https?://[^\s/?#]+[^\s]*$"
-MANIFEST_URI_PATTERN = r"^(file://|https?://)[^\s]+$"
+HTTP_URL_PATTERN = r"^https?://[^\s/?#\x00]+[^\s\x00]*$"
+MANIFEST_URI_PATTERN = r"^(file://|https?://)[^\s\x00]+$"
+STORABLE_TEXT_PATTERN = r"^[^\x00]*$"
+"""Free text: anything but U+0000, which PostgreSQL `text` cannot store. The CRD carries it so the
+API server refuses such an object at `kubectl apply`; the models also refuse lone surrogates (which
+the API server's JSON decoder replaces, but a YAML file given to `lading run` can hold)."""
 DOCUMENT_KEY_PATTERN = r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$"
 VALIDATION_POLICY_PATTERN = r"^[a-z0-9-]+-v\d+$"
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
@@ -67,6 +74,7 @@ PATTERN_HINTS: dict[str, str] = {
     POOL_KEY_PATTERN: "'namespace/name' of an InferencePool",
     HTTP_URL_PATTERN: "an http:// or https:// URL with a host and no spaces",
     MANIFEST_URI_PATTERN: "a file://, http:// or https:// URI with no spaces",
+    STORABLE_TEXT_PATTERN: "text without U+0000 (NUL), which PostgreSQL cannot store",
     DOCUMENT_KEY_PATTERN: "a document key (letters, digits, '.', '_', '-' and '/', not starting with '/')",
     VALIDATION_POLICY_PATTERN: "a versioned policy name such as 'invoice-strict-v1'",
     MODEL_NAME_PATTERN: "a model name (letters, digits and . _ : / @ + -)",
@@ -184,6 +192,19 @@ def _check_base64(value: pydantic.SecretStr) -> pydantic.SecretStr:
     return value
 
 
+def _refuse_unstorable(value: object, *, prefix: str = "") -> object:
+    """`value` unchanged, or PydanticCustomError `unstorable` when it is a string PostgreSQL cannot
+    store (U+0000, a lone surrogate). Runs before patterns, so the message names the real problem
+    instead of "must be a URL"; it never repeats the value (document text, perhaps a secret URL)."""
+    if isinstance(value, str):
+        reason = storable.unstorable_reason(value, where="")
+        if reason is not None:
+            raise pydantic_core.PydanticCustomError(
+                "unstorable", "{prefix}{reason}", {"prefix": prefix, "reason": reason.removeprefix(": ")}
+            )
+    return value
+
+
 def _duplicates(items: list[str]) -> list[str]:
     return [item for item, count in collections.Counter(items).items() if count > 1]
 
@@ -226,6 +247,18 @@ class _Spec(pydantic.BaseModel):
         frozen=True,
         strict=True,
     )
+
+    @pydantic.field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: object, info: pydantic.ValidationInfo) -> object:
+        """Every string field of every spec may reach the database (keys, texts, URLs, names): one
+        PostgreSQL cannot store is an invalid spec here, not a COPY that fails and is retried."""
+        return _refuse_unstorable(value, prefix=cls._unstorable_prefix(info))
+
+    @classmethod
+    def _unstorable_prefix(cls, info: pydantic.ValidationInfo) -> str:
+        """What the unstorable error says before the reason (a model may name its item)."""
+        return ""
 
 
 # --- References.
@@ -716,13 +749,20 @@ class InlineDocument(_Spec):
     text: str = pydantic.Field(
         min_length=1,
         max_length=INLINE_TEXT_MAX_BYTES,
-        description="The document's text (e.g. OCR output), at most 64 KiB in UTF-8.",
+        pattern=STORABLE_TEXT_PATTERN,
+        description="The document's text (e.g. OCR output), at most 64 KiB in UTF-8, without U+0000 (NUL).",
     )
 
     @pydantic.field_validator("key")
     @classmethod
     def _key_segments(cls, value: str) -> str:
         return _check_document_key(value)
+
+    @classmethod
+    def _unstorable_prefix(cls, info: pydantic.ValidationInfo) -> str:
+        # `key` is validated before `text`: a bad text names its document.
+        key = info.data.get("key")
+        return f"document {key!r} " if isinstance(key, str) and info.field_name != "key" else ""
 
     @pydantic.field_validator("text")
     @classmethod
@@ -848,6 +888,13 @@ class Metadata(pydantic.BaseModel):
         max_length=256,
         repr=False,  # kubectl's last-applied-configuration annotation may hold a whole Secret
     )
+
+    @pydantic.field_validator("uid", mode="before")
+    @classmethod
+    def _storable_uid(cls, value: object) -> object:
+        """The uid is part of the batch's idempotency key in the database (`lading run` takes it
+        from the file): refused here when PostgreSQL could not store it."""
+        return _refuse_unstorable(value)
 
 
 class Resource(pydantic.BaseModel):

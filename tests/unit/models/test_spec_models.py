@@ -296,6 +296,54 @@ def test_bad_value_is_rejected_naming_the_field(
     assert message in found[field]
 
 
+@pytest.mark.parametrize(
+    ("model", "base", "path", "value", "field"),
+    [
+        (specs.ExtractionBatchSpec, BATCH, "documents", [{"key": "a", "text": "ok"}, {"key": "b", "text": "x\x00y"}],
+         "documents.1.text"),
+        (specs.ExtractionBatchSpec, BATCH, "documents", [{"key": "a", "text": "x\ud800y"}], "documents.0.text"),
+        (specs.ExtractionBatchSpec, BATCH, "documents", [{"key": "a\x00", "text": "t"}], "documents.0.key"),
+        (specs.ExtractionBatchSpec, {k: v for k, v in BATCH.items() if k != "documents"}, "manifestUri",
+         "https://files.example/m\x00.jsonl", "manifestUri"),
+        (specs.ExtractionBatchSpec, {k: v for k, v in BATCH.items() if k != "documents"}, "manifestUri",
+         "file:///data/\udc80.jsonl", "manifestUri"),
+        (specs.InferencePoolSpec, OPENAI_POOL, "endpoint", {"url": "https://x.example/v1\x00"}, "endpoint.url"),
+        (specs.DeliveryEndpointSpec, DELIVERY_ENDPOINT, "url", "https://erp.example/\x00", "url"),
+        (specs.InferencePoolSpec, OPENAI_POOL, "model", "qwen\x00", "model"),
+    ],
+)
+def test_what_postgresql_cannot_store_is_an_invalid_spec_naming_the_field(
+        model: type[pydantic.BaseModel],
+        base: dict[str, Any],
+        path: str,
+        value: Any,
+        field: str,
+) -> None:
+    """U+0000 and lone surrogates are refused by the model, saying so (not "must be a URL"), so the
+    operator sets InvalidSpec instead of retrying a COPY that can never succeed."""
+    with pytest.raises(pydantic.ValidationError) as caught:
+        model.model_validate({**base, path: value})
+    errors = caught.value.errors()
+    assert len(errors) == 1, errors
+    assert ".".join(str(part) for part in errors[0]["loc"]) == field
+    assert errors[0]["type"] == "unstorable"
+    assert "U+0000 (NUL)" in errors[0]["msg"] or "lone surrogate" in errors[0]["msg"]
+
+
+def test_an_unstorable_text_names_its_document_key() -> None:
+    documents = [{"key": "inv-1", "text": "fine"}, {"key": "inv-2", "text": "Total\x00 12.00"}]
+    with pytest.raises(pydantic.ValidationError) as caught:
+        specs.ExtractionBatchSpec.model_validate({**BATCH, "documents": documents})
+    (error,) = caught.value.errors()
+    assert error["msg"] == "document 'inv-2' contains U+0000 (NUL), which PostgreSQL text cannot store"
+    assert "Total" not in error["msg"], "the text itself is never repeated"
+
+
+def test_an_unstorable_uid_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="metadata.uid|uid"):
+        specs.Metadata.model_validate({"name": "b", "uid": "u\x00"})
+
+
 def test_duplicate_document_keys_are_named_with_their_positions() -> None:
     documents = [{"key": k, "text": "t"} for k in ("a", "b", "a", "c", "b", "a")]
     found = errors_of(specs.ExtractionBatchSpec, with_(BATCH, "documents", documents))
