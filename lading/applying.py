@@ -5,25 +5,42 @@ Applying resources to the data plane: the functions the operator's handlers and
     TenantQuota       -> tenants row
     InferencePool     -> pools row       (`namespace/name`)
     DeliveryEndpoint  -> endpoints row   (URL only; secrets stay in Secrets, never in the database)
-    ExtractionBatch   -> admission: tenant from the namespace (trusted context), quota
-                         and policy checks, then `accepting.accept_batch`
+    ExtractionBatch   -> admission: tenant from the namespace (trusted context), every rule
+                         of its TenantQuota (`check_batch`), then `accepting.accept_batch`
+
+Every TenantQuota rule is enforced here and only here, for the operator, `lading run` and any
+other intake alike, each with its condition reason:
+
+    no quota covers the namespace              NoTenantQuota
+    priority not in allowedPriorities          PriorityNotAllowed
+    pool not in allowedPools                   PoolNotAllowed
+    the pool does not exist                    PoolNotFound
+    maxQueuedJobs / maxQueuedBytes exceeded    QuotaExceeded    (a re-admission takes no room)
 
 `apply_manifests` applies a whole validated manifest set in one transaction: either all
 of it is applied or none of it.
 
-A batch with `spec.manifestUri` has its document manifest read and validated first, into a
-local spool, outside any transaction (`lading.documents.manifests.spool`); acceptance then
-bulk-loads it. An invalid manifest is `InvalidManifest` (reason `InvalidManifest`: nothing
-admitted, fix the manifest); one that cannot be read now is
-`lading.documents.manifests.ManifestUnavailable` (a TemporaryError, reason
-`ManifestUnavailable`: retry admission unchanged).
+A batch with `spec.manifestUri` is admitted in three steps, so that a slow or huge manifest
+holds nothing anyone else needs (`admit_batch_via_pool`):
+
+    1. the rules, from the database (short): refused here, nothing is downloaded; a queue
+       with no room at all is refused too (the manifest's size is not known yet)
+    2. read and validate the manifest into a local spool (`lading.documents.manifests.spool`),
+       holding no database connection and no lock; callers bound how many run at once
+    3. the rules again, now with the manifest's documents and bytes, and acceptance: one short
+       transaction that bulk-loads the spool
+
+An invalid manifest is `InvalidManifest` (reason `InvalidManifest`: nothing admitted, fix the
+manifest); one that cannot be read now is `lading.documents.manifests.ManifestUnavailable` (a
+TemporaryError, reason `ManifestUnavailable`: retry admission unchanged).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import asyncpg
 
@@ -61,8 +78,27 @@ class AppliedBatch:
     result: accepting.AcceptResult
 
 
+@dataclasses.dataclass(frozen=True)
+class Admissible:
+    """What `check_batch` found: the batch passes every rule of its tenant's quota."""
+
+    tenant: TenantName
+    pool: registry.Pool
+    existing: bool
+    """Accepted before (a re-admission): it takes no more room in the queue."""
+
+
 def pool_key(namespace: str, name: str) -> PoolName:
     return PoolName(f"{namespace}/{name}")
+
+
+@contextlib.contextmanager
+def _counted_rejections() -> Iterator[None]:
+    try:
+        yield
+    except AdmissionRejected as exc:
+        metrics.ADMISSION_REJECTIONS.labels(exc.reason).inc()  # reasons are a closed CamelCase set
+        raise
 
 
 async def apply_tenant_quota(conn: asyncpg.Connection, quota: specs.TenantQuota) -> None:
@@ -122,6 +158,144 @@ async def spool_manifest(
         raise document_manifests.ManifestUnavailable(f"{where}: {exc}") from None
 
 
+async def check_batch(
+        conn: asyncpg.Connection,
+        batch: specs.ExtractionBatch,
+        *,
+        jobs: int | None = None,
+        document_bytes: int | None = None,
+) -> Admissible:
+    """Every rule of the tenant's quota for this batch; raises AdmissionRejected naming the tenant,
+    the field and the values. `jobs` and `document_bytes` are the batch's size; None while it is not
+    known (a manifest not read yet): then only a queue with no room at all is refused."""
+    with _counted_rejections():
+        return await _check_batch(conn, batch, jobs=jobs, document_bytes=document_bytes)
+
+
+async def _check_batch(
+        conn: asyncpg.Connection,
+        batch: specs.ExtractionBatch,
+        *,
+        jobs: int | None,
+        document_bytes: int | None,
+) -> Admissible:
+    namespace = batch.metadata.namespace or "default"
+    where = f"{namespace}/{batch.metadata.name}"
+    spec = batch.spec
+    tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
+    rules = None if tenant is None else await registry.tenant_rules(conn, tenant=tenant)
+    if tenant is None or rules is None:
+        claimants = await registry.tenants_for_namespace(conn, namespace=namespace)
+        if len(claimants) > 1:  # a namespace listed by two quotas is admitted by neither
+            raise AdmissionRejected(
+                reason="NoTenantQuota",
+                message=f"namespace {namespace} is listed by TenantQuotas {', '.join(claimants)}: a namespace "
+                "listed by more than one quota belongs to none of them; remove it from all but one",
+            )
+        raise AdmissionRejected(
+            reason="NoTenantQuota", message=f"namespace {namespace} is not covered by any TenantQuota"
+        )
+    if rules.allowed_priorities is not None and spec.priority not in rules.allowed_priorities:
+        raise AdmissionRejected(
+            reason="PriorityNotAllowed",
+            message=f"ExtractionBatch {where}: spec.priority: TenantQuota {tenant} does not allow priority "
+            f"{spec.priority} (allowedPriorities: {', '.join(rules.allowed_priorities) or 'none'})",
+        )
+    pool_name = pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name)
+    if rules.allowed_pools is not None and pool_name not in rules.allowed_pools:
+        # Checked before existence: a tenant learns nothing about pools it may not use.
+        raise AdmissionRejected(
+            reason="PoolNotAllowed",
+            message=f"ExtractionBatch {where}: spec.inferencePoolRef: TenantQuota {tenant} does not allow "
+            f"InferencePool {pool_name} (allowedPools: {', '.join(rules.allowed_pools) or 'none'})",
+        )
+    pool = await registry.get_pool(conn, name=pool_name)
+    if pool is None:
+        raise AdmissionRejected(reason="PoolNotFound", message=f"InferencePool {pool_name} does not exist")
+    idempotency_key = f"{namespace}/{batch.metadata.name}/{batch.metadata.uid or ''}"
+    existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=idempotency_key)
+    if not existing:
+        await _check_room(conn, rules, jobs=jobs, document_bytes=document_bytes)
+    return Admissible(tenant=tenant, pool=pool, existing=existing)
+
+
+async def _check_room(
+        conn: asyncpg.Connection,
+        rules: registry.TenantRules,
+        *,
+        jobs: int | None,
+        document_bytes: int | None,
+) -> None:
+    """maxQueuedJobs and maxQueuedBytes against what the tenant has queued now."""
+    tenant = rules.tenant
+    if rules.max_queued_jobs is not None:
+        limit = rules.max_queued_jobs
+        queued = await registry.tenant_queued_jobs(conn, tenant=tenant)
+        if jobs is None and queued >= limit:
+            raise AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {queued} queued jobs; maxQueuedJobs={limit} leaves no room",
+            )
+        if jobs is not None and queued + jobs > limit:
+            raise AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {queued} queued jobs; {jobs} more would exceed "
+                f"maxQueuedJobs={limit}",
+            )
+    if rules.max_queued_bytes is not None:
+        limit = rules.max_queued_bytes
+        queued = await registry.tenant_queued_bytes(conn, tenant=tenant)
+        if document_bytes is None and queued >= limit:
+            raise AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {queued} bytes queued; maxQueuedBytes={limit} leaves no room",
+            )
+        if document_bytes is not None and queued + document_bytes > limit:
+            raise AdmissionRejected(
+                reason="QuotaExceeded",
+                message=f"tenant {tenant} has {queued} bytes queued; {document_bytes} more would exceed "
+                f"maxQueuedBytes={limit}",
+            )
+
+
+@contextlib.asynccontextmanager
+async def read_manifest_for_admission(
+        db: asyncpg.Pool,
+        batch: specs.ExtractionBatch,
+        *,
+        documents: DocumentSettings,
+        downloads: asyncio.Semaphore | None = None,
+) -> AsyncIterator[document_manifests.Spooled]:
+    """Steps 1 and 2 of a manifest batch's admission: the rules (a short use of one connection of
+    `db`), then the manifest read into a spool holding no connection, one of `downloads` permits
+    held while it is read. Raises AdmissionRejected before anything is downloaded, InvalidManifest,
+    or ManifestUnavailable (temporary)."""
+    async with db.acquire() as conn:
+        await check_batch(conn, batch)
+    async with contextlib.AsyncExitStack() as stack:
+        async with downloads if downloads is not None else contextlib.nullcontext():
+            with _counted_rejections():
+                spooled = await stack.enter_async_context(spool_manifest(batch, documents=documents))
+        yield spooled
+
+
+async def admit_batch_via_pool(
+        db: asyncpg.Pool,
+        batch: specs.ExtractionBatch,
+        *,
+        documents: DocumentSettings,
+        downloads: asyncio.Semaphore | None = None,
+) -> AppliedBatch:
+    """Admission taking connections from `db` only while it uses the database: a manifest is read
+    with none held (see the module's docstring), so a slow manifest stalls no other admission."""
+    if batch.spec.manifest_uri is None:
+        async with db.acquire() as conn:
+            return await admit_batch(conn, batch)
+    async with read_manifest_for_admission(db, batch, documents=documents, downloads=downloads) as spooled:
+        async with db.acquire() as conn:
+            return await admit_batch(conn, batch, manifest=spooled)
+
+
 async def admit_batch(
         conn: asyncpg.Connection,
         batch: specs.ExtractionBatch,
@@ -129,17 +303,15 @@ async def admit_batch(
         manifest: document_manifests.Spooled | None = None,
         documents: DocumentSettings | None = None,
 ) -> AppliedBatch:
-    """Resolve the tenant, check quota and policy, accept. Idempotent like acceptance.
+    """Resolve the tenant, check every rule of its quota (`check_batch`), accept. Idempotent like
+    acceptance.
 
     A batch with spec.manifestUri takes its manifest from `manifest` (see `spool_manifest`);
-    without one, it is read here with `documents` settings, so callers that hold a
-    transaction should spool first."""
+    without one, the rules are checked, then it is read here with `documents` settings while
+    `conn` stays held: callers that share connections use `admit_batch_via_pool`."""
     started_ns = tracing.now_ns()
-    try:
+    with _counted_rejections():
         applied = await _admit_batch(conn, batch, manifest=manifest, documents=documents)
-    except AdmissionRejected as exc:
-        metrics.ADMISSION_REJECTIONS.labels(exc.reason).inc()  # reasons are a closed CamelCase set
-        raise
     tracing.record("lading.admission", batch_id=applied.result.batch_id, started_ns=started_ns, attributes={
         "tenant": applied.tenant, "jobs": len(applied.result.job_ids), "created": applied.result.created,
     })
@@ -156,26 +328,18 @@ async def _admit_batch(
     namespace = batch.metadata.namespace or "default"
     spec = batch.spec
     if spec.manifest_uri is not None and manifest is None:
+        await _check_batch(conn, batch, jobs=None, document_bytes=None)  # refused: nothing is read
         async with spool_manifest(batch, documents=documents or DocumentSettings()) as spooled:
             return await _admit_batch(conn, batch, manifest=spooled, documents=documents)
-    tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
-    if tenant is None:
-        claimants = await registry.tenants_for_namespace(conn, namespace=namespace)
-        if len(claimants) > 1:  # a namespace listed by two quotas is admitted by neither
-            raise AdmissionRejected(
-                reason="NoTenantQuota",
-                message=f"namespace {namespace} is listed by TenantQuotas {', '.join(claimants)}: a namespace "
-                "listed by more than one quota belongs to none of them; remove it from all but one",
-            )
-        raise AdmissionRejected(
-            reason="NoTenantQuota", message=f"namespace {namespace} is not covered by any TenantQuota"
-        )
-    pool_name = pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name)
-    pool = await registry.get_pool(conn, name=pool_name)
-    if pool is None:
-        raise AdmissionRejected(reason="PoolNotFound", message=f"InferencePool {pool_name} does not exist")
     if spec.manifest_uri is not None and (manifest is None or manifest.uri != spec.manifest_uri):
         raise ValueError(f"the spooled manifest is not the one ExtractionBatch {namespace}/{batch.metadata.name} names")
+    if manifest is not None:
+        jobs, document_bytes = manifest.documents, manifest.total_bytes
+    else:
+        inline = spec.documents or ()
+        jobs, document_bytes = len(inline), sum(len(d.text.encode("utf-8")) for d in inline)
+    admissible = await _check_batch(conn, batch, jobs=jobs, document_bytes=document_bytes)
+    tenant, pool, pool_name = admissible.tenant, admissible.pool, admissible.pool.name
     request = accepting.BatchRequest(
         tenant=tenant,
         namespace=namespace,
@@ -194,23 +358,21 @@ async def _admit_batch(
         ),
         suspended=spec.suspend,
     )
-    limit = await registry.tenant_max_queued_jobs(conn, tenant=tenant)
-    existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=request.idempotency_key)
-    if limit is not None and not existing:
-        queued = await registry.tenant_queued_jobs(conn, tenant=tenant)
-        if queued + request.document_count > limit:
-            raise AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {queued} queued jobs; {request.document_count} more would exceed "
-                f"maxQueuedJobs={limit}",
-            )
     try:
         result = await accepting.accept_batch(conn, request)
     except document_manifests.ManifestInvalid as exc:  # rules over the whole manifest (unique keys)
         raise InvalidManifest(
             message=f"ExtractionBatch {namespace}/{batch.metadata.name}: spec.manifestUri: {exc}", line=exc.line
         ) from None
+    except accepting.UnstorableRequest as exc:  # a value PostgreSQL refused: the spec must change
+        raise AdmissionRejected(
+            reason="InvalidSpec", message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
+        ) from None
     return AppliedBatch(namespace=namespace, name=batch.metadata.name, tenant=tenant, pool=pool_name, result=result)
+
+
+class _RulesChecked(Exception):
+    """Rolls back the trial application of `apply_manifests` (the rules checked before downloads)."""
 
 
 async def apply_manifests(
@@ -221,8 +383,19 @@ async def apply_manifests(
 ) -> Sequence[AppliedBatch]:
     """Apply a validated manifest set in one transaction: all of it, or none of it.
 
-    Document manifests (spec.manifestUri) are read and validated before the transaction opens."""
+    Batches with a document manifest (spec.manifestUri) are first checked against the rules in a
+    trial transaction that is rolled back (the set's own quotas and pools applied), so a refused
+    batch downloads nothing; their manifests are then read and validated before the transaction
+    opens, which checks every batch again with its size."""
     settings = documents or DocumentSettings()
+    by_manifest = [batch for batch in loaded.extraction_batches if batch.resource.spec.manifest_uri is not None]
+    if by_manifest:
+        with contextlib.suppress(_RulesChecked):
+            async with conn.transaction():
+                await _apply_definitions(conn, loaded)
+                for batch in by_manifest:
+                    await check_batch(conn, batch.resource)
+                raise _RulesChecked
     async with contextlib.AsyncExitStack() as stack:
         spooled = [
             await stack.enter_async_context(spool_manifest(batch.resource, documents=settings))
@@ -231,13 +404,18 @@ async def apply_manifests(
             for batch in loaded.extraction_batches
         ]
         async with conn.transaction():
-            for quota in loaded.tenant_quotas:
-                await apply_tenant_quota(conn, quota.resource)
-            for pool in loaded.inference_pools:
-                await apply_inference_pool(conn, pool.resource)
-            for endpoint in loaded.delivery_endpoints:
-                await apply_delivery_endpoint(conn, endpoint.resource)
+            await _apply_definitions(conn, loaded)
             return [
                 await admit_batch(conn, batch.resource, manifest=manifest, documents=settings)
                 for batch, manifest in zip(loaded.extraction_batches, spooled, strict=True)
             ]
+
+
+async def _apply_definitions(conn: asyncpg.Connection, loaded: manifests.Manifests) -> None:
+    """The set's TenantQuotas, InferencePools and DeliveryEndpoints (inside the caller's transaction)."""
+    for quota in loaded.tenant_quotas:
+        await apply_tenant_quota(conn, quota.resource)
+    for pool in loaded.inference_pools:
+        await apply_inference_pool(conn, pool.resource)
+    for endpoint in loaded.delivery_endpoints:
+        await apply_delivery_endpoint(conn, endpoint.resource)

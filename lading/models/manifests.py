@@ -5,9 +5,10 @@ ManifestError that lists every problem.
 `lading run` applies a manifest set as a whole, so this module checks the set as a whole: each
 document against its model (`lading.models.specs`), then the references between documents (a
 batch's pool and delivery endpoint exist, the Secrets they name have the key, every batch's
-namespace belongs to exactly one TenantQuota that allows its priority and pool). Nothing is
-half-applied because nothing is applied here at all: applying is the caller's job, and it starts
-only once loading returned.
+namespace belongs to exactly one TenantQuota). What a quota allows (pools, priorities, room)
+is not checked here but at admission (`lading.applying.check_batch`), once for every intake.
+Nothing is half-applied because nothing is applied here at all: applying is the caller's job,
+and it starts only once loading returned.
 
 Every problem reads
 
@@ -300,17 +301,6 @@ class _References:
                     f"namespace {namespace} is not covered by any TenantQuota"
                 )
             return
-        quota_spec = quota.resource.spec
-        if spec.priority not in quota_spec.allowed_priorities:
-            self.problems.append(
-                f"{batch.where}: spec.priority: priority {spec.priority} is not allowed by TenantQuota "
-                f"{quota.resource.name} (allowedPriorities: {', '.join(quota_spec.allowed_priorities)})"
-            )
-        if quota_spec.allowed_pools is not None and pool_key not in quota_spec.allowed_pools:
-            self.problems.append(
-                f"{batch.where}: spec.inferencePoolRef: InferencePool {pool_key} is not allowed by "
-                f"TenantQuota {quota.resource.name} (allowedPools: {', '.join(quota_spec.allowed_pools)})"
-            )
 
     def _exists(self, referrer: Loaded[specs.Resource], path: str, key: _Key) -> None:
         if key not in self.present and key not in self.invalid:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import socket
@@ -19,6 +20,9 @@ class FileServer:
         self.redirects: dict[str, str] = {}
         """Path -> Location header (302)."""
         self.requests: collections.Counter[str] = collections.Counter()
+        self.gates: dict[str, asyncio.Event] = {}
+        """Path -> event: a request of the path is counted, then answered only once the event is set
+        (a stalled or slow server, for as long as the test wants)."""
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -43,6 +47,9 @@ class FileServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
         self.requests[path] += 1
+        gate = self.gates.get(path)
+        if gate is not None:
+            await gate.wait()
         if self.failures[path]:
             return web.Response(status=self.failures[path].popleft(), text="scripted failure")
         if path in self.redirects:

@@ -19,3 +19,7 @@ UPDATE pools
        paused_reason = $3, updated_at = clock_timestamp()
  WHERE name = $1
 RETURNING paused_until;
+
+-- name: endpoint_exists
+-- Whether a DeliveryEndpoint ("namespace/name") is registered: deliveries to one that is not wait.
+SELECT EXISTS (SELECT 1 FROM endpoints WHERE name = $1);

@@ -321,24 +321,20 @@ def test_same_name_in_another_kind_or_namespace_is_fine() -> None:
             "m.yaml: document 5 (ExtractionBatch acme/march-invoices): metadata.namespace: "
             "namespace acme is not covered by any TenantQuota",
         ),
-        (
-            "weight: 1",
-            "weight: 1\n  allowedPriorities: [high, low]",
-            "m.yaml: document 5 (ExtractionBatch acme/march-invoices): spec.priority: "
-            "priority normal is not allowed by TenantQuota acme (allowedPriorities: high, low)",
-        ),
-        (
-            "weight: 1",
-            "weight: 1\n  allowedPools: [lading-system/llama]",
-            "m.yaml: document 5 (ExtractionBatch acme/march-invoices): spec.inferencePoolRef: "
-            "InferencePool lading-system/qwen is not allowed by TenantQuota acme "
-            "(allowedPools: lading-system/llama)",
-        ),
     ],
 )
 def test_broken_reference_is_an_error(replace: str, by: str, expected: str) -> None:
     assert replace in DESIGN_EXAMPLE
     assert problems(DESIGN_EXAMPLE.replace(replace, by)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "rule", ["allowedPriorities: [high, low]", "allowedPools: [lading-system/llama]"]
+)
+def test_what_a_quota_allows_is_left_to_admission(rule: str) -> None:
+    # lading.applying.check_batch enforces a quota's rules, once, for every intake.
+    loaded = manifests.load_text(DESIGN_EXAMPLE.replace("weight: 1", f"weight: 1\n  {rule}"), source="m.yaml")
+    assert len(loaded.extraction_batches) == 1
 
 
 def test_vllm_hf_token_secret_is_checked() -> None:
