@@ -23,6 +23,11 @@ moved into extraction_jobs and job_documents (URI, SHA-256, size; never the text
 set-based statement. The batch request hash covers (key, SHA-256 of the document's bytes) exactly
 like inline documents' digests, so the same documents hash the same either way, and a
 re-admission of the same manifest is idempotent like an inline one.
+
+A value PostgreSQL cannot store (U+0000 in a text, a lone surrogate, a number out of range) is
+refused by the spec models before anything gets here (`lading.models.specs`); should one still
+reach the COPY or an INSERT, the data error rolls the whole transaction back and becomes
+`UnstorableRequest`, a permanent error naming the field: retrying it could never succeed.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 import asyncpg
 
 from lading import errors, failpoints
-from lading.db import job_documents, jobs, queries
+from lading.db import job_documents, jobs, queries, storable
 from lading.documents import manifests
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
@@ -87,6 +92,13 @@ class BatchRequest:
         return f"{self.namespace}/{self.name}/{self.uid}"
 
 
+class UnstorableRequest(errors.PermanentError):
+    """PostgreSQL refused a value of the request (a data error, SQLSTATE class 22 or 54): the
+    transaction rolled back, nothing was accepted, and retrying the same request cannot succeed.
+    The message names the field (and the document key) when it can be found, and never repeats
+    the value."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AcceptResult:
     batch_id: BatchId
@@ -100,6 +112,48 @@ async def accept_batch(
         request: BatchRequest,
         *,
         lock_timeout_s: float = 5.0,
+) -> AcceptResult:
+    """Accept `request` in one transaction (see the module). Raises AcceptanceInProgress
+    (temporary), IdempotencyConflict, ManifestInvalid or UnstorableRequest (permanent)."""
+    try:
+        return await _accept(conn, request, lock_timeout_s=lock_timeout_s)
+    except asyncpg.PostgresError as exc:
+        if not storable.is_data_error(exc):
+            raise
+        raise UnstorableRequest(_unstorable_message(request, exc)) from exc
+    except UnicodeEncodeError as exc:  # asyncpg's COPY encodes text itself: a lone surrogate fails here
+        raise UnstorableRequest(_unstorable_message(request, exc)) from exc
+
+
+def _unstorable_message(request: BatchRequest, exc: Exception) -> str:
+    where = f"batch {request.idempotency_key!r}: " if storable.unstorable_reason(request.idempotency_key) is None else ""
+    fields: list[tuple[str, object]] = [
+        ("metadata.namespace", request.namespace), ("metadata.name", request.name), ("metadata.uid", request.uid),
+        ("spec.schema", request.schema), ("spec.inferencePoolRef", request.pool),
+        ("spec.validationPolicy", request.validation_policy), ("spec.deliveryEndpointRef", request.endpoint),
+        ("model policy", dict(request.model_policy)),
+    ]  # fmt: skip
+    for field, value in fields:
+        if (reason := storable.unstorable_reason(value, where=field)) is not None:
+            return f"{where}{reason}; nothing was accepted"
+    for index, document in enumerate(request.documents):
+        for name, value in (("key", document.key), ("text", document.text)):
+            reason = storable.unstorable_reason(value, where=f"spec.documents[{index}].{name}")
+            if reason is not None:
+                key = f" (document {storable.escaped(document.key)!r})" if name == "text" else ""
+                return f"{where}{reason}{key}; nothing was accepted"
+    # Nothing found in the request itself (a manifest's spool, or a limit the server enforces):
+    # the kind of error, never its text (asyncpg's repeats the value, which may be document data).
+    sqlstate = getattr(exc, "sqlstate", None)
+    detail = type(exc).__name__ + (f", SQLSTATE {sqlstate}" if isinstance(sqlstate, str) else "")
+    return f"{where}PostgreSQL refused a value of the request ({detail}); nothing was accepted"
+
+
+async def _accept(
+        conn: asyncpg.Connection,
+        request: BatchRequest,
+        *,
+        lock_timeout_s: float,
 ) -> AcceptResult:
     if request.priority not in PRIORITIES:
         raise ValueError(f"unknown priority {request.priority!r}; expected one of {sorted(PRIORITIES)}")

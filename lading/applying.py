@@ -368,6 +368,10 @@ async def _admit_batch(
         raise AdmissionRejected(
             reason="InvalidSpec", message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
         ) from None
+    except accepting.UnstorableRequest as exc:  # a value PostgreSQL refused: the spec must change
+        raise AdmissionRejected(
+            reason="InvalidSpec", message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
+        ) from None
     return AppliedBatch(namespace=namespace, name=batch.metadata.name, tenant=tenant, pool=pool_name, result=result)
 
 
