@@ -77,7 +77,8 @@ async def _admit(
 
 async def bench_accept_manifest(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     with tempfile.TemporaryDirectory(prefix="lading-bench-manifest-") as directory:
-        path = pathlib.Path(directory) / "manifest.jsonl"
+        path = pathlib.Path(directory) / NAMESPACE / "manifest.jsonl"  # a root holds a directory per namespace
+        path.parent.mkdir()
         write_manifest(path, LINES)
         size = path.stat().st_size
         settings = DocumentSettings(roots=(directory,))

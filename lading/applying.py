@@ -150,7 +150,8 @@ async def spool_manifest(
     if uri is None:
         raise ValueError(f"{where} is not set")
     try:
-        async with document_manifests.spool(uri, settings=documents) as spooled:
+        namespace = batch.metadata.namespace or "default"  # trusted: the resource's, never the manifest's
+        async with document_manifests.spool(uri, settings=documents, namespace=namespace) as spooled:
             yield spooled
     except document_manifests.ManifestInvalid as exc:
         raise InvalidManifest(message=f"{where}: {exc}", line=exc.line) from None
@@ -363,10 +364,6 @@ async def _admit_batch(
     except document_manifests.ManifestInvalid as exc:  # rules over the whole manifest (unique keys)
         raise InvalidManifest(
             message=f"ExtractionBatch {namespace}/{batch.metadata.name}: spec.manifestUri: {exc}", line=exc.line
-        ) from None
-    except accepting.UnstorableRequest as exc:  # a value PostgreSQL refused: the spec must change
-        raise AdmissionRejected(
-            reason="InvalidSpec", message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
         ) from None
     except accepting.UnstorableRequest as exc:  # a value PostgreSQL refused: the spec must change
         raise AdmissionRejected(

@@ -67,8 +67,13 @@ class DocumentSettings:
 
     roots: tuple[str, ...] = ()
     """Directories file:// manifests and documents may be read from (`--document-root`, repeatable;
-    $LADING_DOCUMENT_ROOTS, separated by ':'). Empty: every file:// URI is refused, so a batch
-    cannot make a worker read an arbitrary file of its container."""
+    $LADING_DOCUMENT_ROOTS, separated by ':'), one subdirectory per namespace: a batch of namespace
+    N reads only beneath `<root>/N/`. Empty: every file:// URI is refused, so a batch cannot make
+    a worker read an arbitrary file of its container."""
+    namespace_directories: tuple[tuple[str, str], ...] = ()
+    """(namespace, directory) pairs: directories a namespace's batches may read beneath besides
+    `<root>/<namespace>/`. `lading run` gives each batch the directory of the manifest named on
+    its command line (the operator's own files); never filled from a batch or a manifest."""
     fetch_timeout_s: float = 60.0
     """Upper bound for fetching one document or one manifest's connection phase and each read; a
     shared volume or an object store that stalls longer is treated as unavailable (retried)."""

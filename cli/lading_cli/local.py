@@ -16,9 +16,11 @@ see `lading.db.embedded`) in `.lading/embedded/`, and stops and deletes it at ex
 `--keep-data` is given.
 
 An ExtractionBatch may give its documents by manifest (`spec.manifestUri`, JSON lines; see
-docs/large-batches.md). file:// documents are read only under the manifest's own directory and
-the `--document-root` directories; http(s) ones only from global addresses unless
-$LADING_EGRESS_ALLOW allows more.
+docs/large-batches.md). A batch's file:// documents are read only beneath its namespace's
+directories: `<root>/<namespace>/` of each `--document-root`, and the directory of a file://
+manifest named by a batch of that namespace in the files given here (the person running
+`lading run` wrote those files: their directory is trusted for that namespace, and only for it).
+http(s) documents are read only from global addresses unless $LADING_EGRESS_ALLOW allows more.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=pathlib.Path,
         default=[],
         metavar="DIR",
-        help="another directory file:// documents of manifest batches may be read from (repeatable; "
-        "each file:// manifest's own directory always is)",
+        help="a document root: a batch of namespace NS reads file:// documents beneath DIR/NS/ (repeatable; "
+        "a file:// manifest's own directory is readable by the batches of its namespace)",
     )
     local_delivery.add_arguments(parser)
 
@@ -204,14 +206,22 @@ def _worker_settings(
 
 
 def _document_settings(loaded: manifests.Manifests, args: argparse.Namespace) -> DocumentSettings:
-    """Document roots: each file:// manifest's directory plus --document-root; egress as configured."""
+    """Document roots from --document-root (`<root>/<namespace>/` per batch), plus each file://
+    manifest's directory for the batches of its namespace; egress as configured."""
     roots = [str(path.resolve()) for path in args.document_roots]
+    directories: list[tuple[str, str]] = []
     for item in loaded.extraction_batches:
-        uri = item.resource.spec.manifest_uri
+        batch = item.resource
+        uri = batch.spec.manifest_uri
         if uri is not None and urllib.parse.urlsplit(uri).scheme == "file":
-            roots.append(os.path.dirname(urllib.parse.unquote(urllib.parse.urlsplit(uri).path)))
+            directory = os.path.dirname(urllib.parse.unquote(urllib.parse.urlsplit(uri).path))
+            directories.append((batch.metadata.namespace or "default", directory))
     allow = local_delivery.egress_allow(args)
-    return DocumentSettings(roots=tuple(dict.fromkeys(roots)), egress_allow=tuple(str(n) for n in allow))
+    return DocumentSettings(
+        roots=tuple(dict.fromkeys(roots)),
+        namespace_directories=tuple(dict.fromkeys(directories)),
+        egress_allow=tuple(str(n) for n in allow),
+    )
 
 
 def _api_keys(loaded: manifests.Manifests) -> dict[str, str]:

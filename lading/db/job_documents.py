@@ -34,6 +34,8 @@ class DocumentSource:
     uri: str
     sha256: str
     bytes: int
+    namespace: str
+    """The batch's namespace (from its row): file:// URIs are read only beneath its directories."""
 
 
 async def sources(conn: asyncpg.Connection, job_ids: Sequence[JobId]) -> dict[JobId, DocumentSource]:
@@ -41,7 +43,9 @@ async def sources(conn: asyncpg.Connection, job_ids: Sequence[JobId]) -> dict[Jo
     if not job_ids:
         return {}
     rows = await conn.fetch(queries.sql("job_document_sources"), list(job_ids))
-    return {JobId(r["job_id"]): DocumentSource(uri=r["uri"], sha256=r["sha256"], bytes=r["bytes"]) for r in rows}
+    return {JobId(r["job_id"]): DocumentSource(
+            uri=r["uri"], sha256=r["sha256"], bytes=r["bytes"], namespace=r["namespace"]
+        ) for r in rows}
 
 
 async def stage_manifest(conn: asyncpg.Connection, spooled: manifests.Spooled) -> None:

@@ -21,8 +21,9 @@ cloud metadata (169.254.169.254, fd00:ec2::254), IPv4 written in legacy numeric 
 (http://2130706433/, http://0x7f.1/), IPv6 translations of a refused IPv4 address
 (IPv4-mapped ::ffff:127.0.0.1, NAT64 64:ff9b::/96), and the IPv6 tunnels Teredo (2001::/32)
 and 6to4 (2002::/16) whatever IPv4 address they embed: a tunnel's far end is a relay the policy
-cannot see past. A refusal of a form that embeds an IPv4 address names that address too. `--egress-allow CIDR` (repeatable; `LADING_EGRESS_ALLOW`
-comma-separated) allows ranges for every endpoint; `lading run` allows loopback for the
+cannot see past. A refusal of a form that embeds an IPv4 address names that address too.
+`--egress-allow CIDR` (repeatable; `LADING_EGRESS_ALLOW` comma-separated) allows ranges for
+every endpoint (a tunnel only by a range holding its IPv6 address); `lading run` allows loopback for the
 endpoints it serves itself, and for those only (`Allowance`, per endpoint).
 """
 

@@ -6,7 +6,7 @@ Document manifests of large batches: JSON lines, one document per line.
 An ExtractionBatch too large to list its documents inline names a manifest
 (`spec.manifestUri`). Admission reads it once, as a stream, before any transaction:
 
-    read (file:// under the document roots, or http(s)://)      lading.documents.fetching
+    read (file:// beneath <root>/<namespace>/, or http(s)://)   lading.documents.fetching
       -> split into lines (each at most MAX_LINE_BYTES; at most MAX_LINES lines and
          MAX_MANIFEST_BYTES in all)
       -> validate each line (ManifestLine)
@@ -18,7 +18,7 @@ unique). Memory stays bounded whatever the manifest's size: one line at a time h
 database holds the rest. An HTTP read never runs inside a database transaction.
 
 Errors name the line and the field and never repeat the line's content (a manifest may hold
-presigned URLs):
+presigned URLs); the manifest's own URI appears only as `lading.urls.redacted` shows it:
 
     manifest line 17: sha256: must be 64 lowercase hex characters
     manifest line 18: uri: contains U+0000 (NUL), which PostgreSQL text cannot store
@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import aiohttp
 import pydantic
 
-from lading import errors
+from lading import errors, urls
 from lading.documents import fetching
 from lading.models import specs
 from lading.settings import DocumentSettings
@@ -99,7 +99,8 @@ class ManifestLine(pydantic.BaseModel):
     key: str
     """Key of the document, unique in the manifest; the same rules as an inline document's key."""
     uri: str
-    """Where workers read the text: file:// (under the workers' document roots) or http(s)://."""
+    """Where workers read the text: file:// (beneath `<root>/<namespace>/` of the workers' document
+    roots, namespace the batch's) or http(s)://."""
     sha256: str
     """SHA-256 of the document's bytes (UTF-8 text), 64 lowercase hex characters."""
     bytes: int
@@ -187,14 +188,17 @@ async def lines(
         uri: str,
         *,
         settings: DocumentSettings,
+        namespace: str,
         session: aiohttp.ClientSession | None = None,
 ) -> AsyncGenerator[tuple[int, ManifestLine], None]:
-    """Stream the manifest's documents as (line number, line); blank lines are skipped but counted."""
+    """Stream the manifest's documents as (line number, line); blank lines are skipped but counted.
+    `namespace` is the batch's (trusted context): a file:// manifest is read only beneath its
+    directories (`lading.documents.fetching.confine`)."""
     number = 0
     total = 0
     pending = bytearray()
     try:
-        async with fetching.chunks(uri, session=session, settings=settings) as source:
+        async with fetching.chunks(uri, session=session, settings=settings, namespace=namespace) as source:
             async for chunk in source:
                 total += len(chunk)
                 if total > MAX_MANIFEST_BYTES:
@@ -251,9 +255,11 @@ async def spool(
         uri: str,
         *,
         settings: DocumentSettings,
+        namespace: str,
         directory: str | None = None,
 ) -> AsyncIterator[Spooled]:
-    """Read and validate the whole manifest into a temporary file, deleted on exit.
+    """Read and validate the whole manifest of a batch of `namespace` into a temporary file,
+    deleted on exit.
 
     Raises ManifestInvalid (nothing to admit) or ManifestUnavailable (retry later)."""
     session = fetching.new_session() if urllib.parse.urlsplit(uri).scheme in ("http", "https") else None
@@ -267,7 +273,7 @@ async def spool(
             try:
                 async with (
                     _timeout(settings.manifest_timeout_s, uri),
-                    contextlib.aclosing(lines(uri, settings=settings, session=session)) as stream,
+                    contextlib.aclosing(lines(uri, settings=settings, namespace=namespace, session=session)) as stream,
                 ):
                     async for number, line in stream:
                         writer.writerow((number, line.key, line.uri, line.sha256, line.bytes))
@@ -277,7 +283,7 @@ async def spool(
                 if session is not None:
                     await session.close()
         if documents == 0:
-            raise ManifestInvalid(f"manifest {fetching.redact(uri)} lists no documents")
+            raise ManifestInvalid(f"manifest {urls.redacted(uri)} lists no documents")
         yield Spooled(uri=uri, path=path, documents=documents, total_bytes=total_bytes)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -290,4 +296,4 @@ async def _timeout(seconds: float, uri: str) -> AsyncIterator[None]:
         async with asyncio.timeout(seconds):
             yield
     except TimeoutError:
-        raise ManifestUnavailable(f"manifest {fetching.redact(uri)}: not read within {seconds:g} s") from None
+        raise ManifestUnavailable(f"manifest {urls.redacted(uri)}: not read within {seconds:g} s") from None

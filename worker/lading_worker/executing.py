@@ -7,11 +7,20 @@ and turn the outcome into exactly one Finish transition.
     TERMINAL                       -> FAILED_TERMINAL
     TRANSIENT / TIMEOUT_AMBIGUOUS  -> RETRY_SCHEDULED, or FAILED_TERMINAL when the retry
                                       policy says attempts or deadline are exhausted
+    RATE_LIMITED (429), or         -> the pool cools down; RETRY_SCHEDULED after the cooldown /
+    SERVER_OVERLOADED (503 with       Retry-After with the attempt given back (recorded, not
+    Retry-After)                      counted against maxAttempts); FAILED_TERMINAL only when the
+                                      job's deadline leaves no room
     INVALID_OUTPUT                 -> RETRY_SCHEDULED while retrying can help; else
                                       REVIEW_REQUIRED with the raw output kept: when the
                                       budget is spent, when the same bad output comes back
                                       (temperature 0 reproduces it), or when an answer is
                                       truncated a second time
+
+Every outcome passes `base.checked` first, the boundary for model output: a result PostgreSQL
+cannot store (NUL, lone surrogates, integers past 64 bits, non-finite numbers) is INVALID_OUTPUT
+(UNSTORABLE_OUTPUT) with its raw output kept escaped, and an implausible token count is not
+recorded (logged with the reason). Nothing a model returns can make the commit fail.
 
 A document given by manifest (job.text is None, job.source set by the claimer) is fetched and
 verified first (lading.documents.fetching); a fetch failure is the attempt's outcome and the
@@ -30,6 +39,7 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -37,13 +47,15 @@ from collections.abc import Callable
 import asyncpg
 import prometheus_client
 
-from lading import errors, failpoints, limiting, metrics
-from lading.db import jobs
+from lading import errors, failpoints, limiting, metrics, urls
+from lading.db import jobs, storable
 from lading.documents import fetching
 from lading.jobs import retry, transitions
 from lading.providers import base
 from lading.settings import AttemptSettings
 from lading.validation import policies
+
+logger = logging.getLogger(__name__)
 
 POOL_PAUSE_DEFAULT_S = 60.0
 """How long a pool pauses when its endpoint refuses everyone and says nothing about when to come back."""
@@ -77,7 +89,7 @@ class Executor:
         returns, before validation: the claimer uses it to reuse the concurrency slot."""
         job, unreadable = await self.document(job)
         if unreadable is not None:
-            outcome, elapsed = unreadable, 0.0
+            outcome, elapsed = base.checked(unreadable), 0.0
         else:
             outcome, elapsed = await self.call(job)
         if on_model_done is not None:
@@ -110,7 +122,9 @@ class Executor:
         started = time.monotonic()
         failed: base.Outcome | None = None
         try:
-            text = await self.fetcher.text(uri=source.uri, sha256=source.sha256, size=source.bytes)
+            text = await self.fetcher.text(
+                uri=source.uri, sha256=source.sha256, size=source.bytes, namespace=source.namespace
+            )
         except fetching.FetchError as exc:
             outcome = base.OutcomeClass.TERMINAL if exc.terminal else base.OutcomeClass.TRANSIENT
             failed = base.Outcome.failed(outcome, error_class=exc.error_class, error=str(exc)[:500])
@@ -118,7 +132,7 @@ class Executor:
             failed = base.Outcome.failed(
                 base.OutcomeClass.TRANSIENT,
                 error_class=fetching.DocumentUnavailable.error_class,
-                error=f"{type(exc).__name__}: {exc}"[:500],
+                error=urls.scrub(f"{type(exc).__name__}: {exc}")[:500],  # may quote the URL
             )
         metrics.DOCUMENT_FETCH_SECONDS.labels(job.pool).observe(time.monotonic() - started)
         metrics.DOCUMENT_FETCHES.labels(job.pool, "ok" if failed is None else failed.error_class).inc()
@@ -136,13 +150,11 @@ class Executor:
             previous_error_class=job.previous_error_class,
         )
         permit: limiting.Permit | None = None
+        reservation = limiting.Reservation(prompt_tokens=0, output_tokens=0)
         if self.limiter is not None:
+            reservation = self._reservation(job, document)
             try:
-                permit = await self.limiter.acquire(
-                    job_id=job.id, fence=job.fence, tokens=limiting.estimate_tokens(
-                        job.text or "", max_output_tokens=getattr(self.provider, "max_output_tokens", 1024)
-                    ),
-                )
+                permit = await self.limiter.acquire(job_id=job.id, fence=job.fence, tokens=reservation.total)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 # Nothing was sent: safe to retry, like a connection error before the request.
                 return base.Outcome.failed(
@@ -168,6 +180,9 @@ class Executor:
             outcome = base.Outcome.failed(
                 base.OutcomeClass.TRANSIENT, error_class="ProviderError", error=f"{type(exc).__name__}: {exc}"[:500]
             )
+        outcome = base.checked(outcome)  # what PostgreSQL cannot store stops here, before it is counted
+        if outcome.usage_refused is not None:
+            logger.warning("Token usage reported by the provider not recorded: %s", outcome.usage_refused)
         elapsed = time.monotonic() - started
         self._latency_metric(job.pool).observe(elapsed)
         if outcome.first_byte_s is not None:
@@ -177,23 +192,43 @@ class Executor:
         if outcome.tokens_out:
             metrics.TOKENS.labels(job.pool, "out").inc(outcome.tokens_out)
         if permit is not None and self.limiter is not None:
-            await self._settle(self.limiter, permit, outcome)
+            outcome = await self._settle(self.limiter, permit, reservation, outcome)
         return outcome, elapsed
 
+    def _reservation(self, job: jobs.ClaimedJob, document: base.Document) -> limiting.Reservation:
+        """What the request will count against the pool's tokens per minute, estimated from the real
+        request when the provider can say (prompt + the output budget it will ask for)."""
+        if isinstance(self.provider, limiting.Estimating):
+            return self.provider.reservation(document, schema=job.schema, policy=job.validation_policy)
+        output = getattr(self.provider, "max_output_tokens", 1024)
+        total = limiting.estimate_tokens(job.text or "", max_output_tokens=output)
+        return limiting.Reservation(prompt_tokens=total - output, output_tokens=output)
+
     @staticmethod
-    async def _settle(limiter: limiting.PoolLimiter, permit: limiting.Permit, outcome: base.Outcome) -> None:
-        """Release the permit with the tokens really used; a 429 cools the whole pool down."""
-        known = outcome.tokens_in is not None and outcome.tokens_out is not None
-        if outcome.outcome is base.OutcomeClass.TIMEOUT_AMBIGUOUS or not known:
-            tokens_used = None  # sent, maybe billed, or the provider did not say: the reservation stands
-        else:
-            tokens_used = (outcome.tokens_in or 0) + (outcome.tokens_out or 0)
+    async def _settle(
+            limiter: limiting.PoolLimiter,
+            permit: limiting.Permit,
+            reservation: limiting.Reservation,
+            outcome: base.Outcome,
+    ) -> base.Outcome:
+        """Release the permit with the tokens the provider counts (the pool's tokenAccounting), let
+        its rate-limit headers tighten the shared view, and on congestion (429, 503 with
+        Retry-After) cool the whole pool down. The outcome comes back with `retry_after_s` set to
+        the pool's cooldown, so the job is not tried again before the pool may be called."""
+        tokens_used = limiter.counted_tokens(
+            permit, reservation, tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out,
+            sent_and_lost=outcome.outcome is base.OutcomeClass.TIMEOUT_AMBIGUOUS,
+        )  # fmt: skip
         try:
             await limiter.release(permit, tokens_used=tokens_used)
-            if outcome.error_class == base.RATE_LIMITED:
-                await limiter.cool_down(outcome.retry_after_s or RATE_LIMIT_COOLDOWN_DEFAULT_S)
+            if outcome.rate_limit is not None:
+                await limiter.observe(outcome.rate_limit)
+            if outcome.error_class in base.CONGESTED:
+                left_s = await limiter.cool_down(outcome.retry_after_s or RATE_LIMIT_COOLDOWN_DEFAULT_S)
+                return dataclasses.replace(outcome, retry_after_s=max(left_s, outcome.retry_after_s or 0.0))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             pass  # the permit expires by itself; the outcome must still be committed
+        return outcome
 
     @functools.cache  # noqa: B019 - one executor per worker, a handful of pools: bounded
     def _latency_metric(self, pool: str) -> prometheus_client.Histogram:
@@ -225,9 +260,12 @@ class Executor:
             )
         if outcome.pauses_pool:
             return self._pool_unavailable(job, outcome, now=now, usage=usage)
+        if outcome.error_class in base.CONGESTED:
+            return self._congested(job, outcome, now=now, usage=usage)
         output_sha256 = None
         if outcome.outcome is base.OutcomeClass.INVALID_OUTPUT:
-            output_sha256 = hashlib.sha256((outcome.raw_output or "").encode()).hexdigest()
+            # Over the escaped text, as stored: a lone surrogate cannot be encoded as it is.
+            output_sha256 = hashlib.sha256(storable.escaped(outcome.raw_output or "").encode()).hexdigest()
             repeated = self._repeated_failure(job, error_class=error_class, output_sha256=output_sha256)
             if repeated is not None:
                 return self._invalid_output_review(job, outcome, reason=repeated, digest=output_sha256, usage=usage)
@@ -287,6 +325,42 @@ class Executor:
                 error=outcome.error or "",
                 retry_in_s=max(0.0, (decision.at - now).total_seconds()),
                 pause_pool_s=pause_s,
+                usage=usage,
+            )
+        return transitions.fail(
+            job.id,
+            job.fence,
+            outcome=outcome.outcome.value,
+            error_class=decision.reason,
+            error=f"{error_class}: {outcome.error or ''}",
+            usage=usage,
+        )
+
+    def _congested(
+            self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, usage: transitions.Usage
+    ) -> transitions.Finish:
+        """429, or 503 with Retry-After: the pool is congested, the job did nothing wrong. The attempt
+        is recorded and given back (not counted against maxAttempts) and the job tried again once
+        the pool's cooldown / Retry-After has passed; only the job's deadline bounds how often."""
+        wait_s = outcome.retry_after_s if outcome.retry_after_s is not None else RATE_LIMIT_COOLDOWN_DEFAULT_S
+        decision = retry.decide(
+            attempt=min(job.attempt, job.max_attempts),
+            now=now,
+            deadline_at=job.deadline_at,
+            settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts + 1),  # this one is given back
+            retry_after_s=wait_s,
+            rand=self.rand,
+        )
+        error_class = outcome.error_class or base.RATE_LIMITED
+        if decision.retry and decision.at is not None:
+            return transitions.retry(
+                job.id,
+                job.fence,
+                outcome=outcome.outcome.value,
+                error_class=error_class,
+                error=outcome.error or "",
+                retry_in_s=max(0.0, (decision.at - now).total_seconds()),
+                give_back=True,
                 usage=usage,
             )
         return transitions.fail(

@@ -35,7 +35,7 @@ from lading.settings import (
 from lading_worker import running
 
 DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
-"""Directories file:// documents may be read from, ':'-separated (e.g. the shared volume's mount)."""
+"""Document roots, ':'-separated (e.g. the shared volume's mount); a batch reads beneath `<root>/<namespace>/`."""
 
 API_KEY_ENV = "LADING_PROVIDER_API_KEY"
 PROVIDER_URL_ENV = "LADING_PROVIDER_URL"
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="document_roots",
         action="append",
         metavar="DIR",
-        help="directory file:// documents of manifest batches may be read from (repeatable; default: "
+        help="document root: a batch of namespace NS reads file:// documents beneath DIR/NS/ (repeatable; default: "
         f"${DOCUMENT_ROOTS_ENV}, ':'-separated; none: file:// documents are refused)",
     )
     parser.add_argument(

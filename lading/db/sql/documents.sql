@@ -1,6 +1,9 @@
 -- name: job_document_sources
 -- Where the claimed jobs' documents live when they were given by manifest (text IS NULL):
--- the worker fetches each URI and verifies the size and SHA-256 before the model sees it.
-SELECT job_id, uri, sha256, bytes
-  FROM job_documents
- WHERE job_id = ANY($1::bigint[]) AND uri IS NOT NULL;
+-- the worker fetches each URI and verifies the size and SHA-256 before the model sees it. The
+-- batch's namespace bounds which file:// paths it may read (<root>/<namespace>/).
+SELECT d.job_id, d.uri, d.sha256, d.bytes, b.namespace
+  FROM job_documents d
+  JOIN extraction_jobs j ON j.id = d.job_id
+  JOIN batches b ON b.id = j.batch_id
+ WHERE d.job_id = ANY($1::bigint[]) AND d.uri IS NOT NULL;

@@ -33,7 +33,7 @@ def test_tunnel_addresses_are_refused_even_when_what_they_embed_is_global(addres
     ip = ipaddress.ip_address(address)
     reason = egress.refusal(ip)
     assert reason is not None and why in reason
-    with pytest.raises(egress.EgressRefused, match="refused: a .* tunnel address"):
+    with pytest.raises(egress.EgressRefused, match=r"refused: a .* tunnel address"):
         egress.EgressPolicy.check(ip, allowed=(), host=address)
 
 
@@ -81,5 +81,5 @@ def test_a_resolver_answer_with_a_tunnel_address_refuses_the_whole_answer() -> N
             return None
 
     resolver = egress.VettingResolver(Answers())
-    with pytest.raises(egress.EgressRefused, match="files.example .*6to4 tunnel address"):
+    with pytest.raises(egress.EgressRefused, match=r"files\.example .*6to4 tunnel address"):
         asyncio.run(resolver.resolve("files.example", 443, socket.AF_INET6))

@@ -79,16 +79,17 @@ def test_errors_never_repeat_the_line() -> None:
 
 
 def write(path: pathlib.Path, lines: list[bytes]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path.as_uri()
 
 
 async def collect(uri: str, roots: tuple[str, ...]) -> list[tuple[int, manifests.ManifestLine]]:
-    return [item async for item in manifests.lines(uri, settings=DocumentSettings(roots=roots))]
+    return [item async for item in manifests.lines(uri, settings=DocumentSettings(roots=roots), namespace="acme")]
 
 
 async def test_a_file_manifest_streams_with_line_numbers_and_skips_blank_lines(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "m.jsonl", [line(key="a"), b"", b"  ", line(key="b") + b"\r"])
+    uri = write(tmp_path / "acme" / "m.jsonl", [line(key="a"), b"", b"  ", line(key="b") + b"\r"])
     got = await collect(uri, (str(tmp_path),))
     assert [(n, item.key) for n, item in got] == [(1, "a"), (4, "b")]
 
@@ -96,37 +97,37 @@ async def test_a_file_manifest_streams_with_line_numbers_and_skips_blank_lines(t
 async def test_a_bad_line_deep_in_the_manifest_is_named(tmp_path: pathlib.Path) -> None:
     lines = [line(key=f"k{i}") for i in range(1, 200)]
     lines[149] = line(key="k150", sha256="0" * 63)
-    uri = write(tmp_path / "m.jsonl", lines)
+    uri = write(tmp_path / "acme" / "m.jsonl", lines)
     with pytest.raises(manifests.ManifestInvalid, match=r"^manifest line 150: sha256: must be 64 lowercase hex"):
         await collect(uri, (str(tmp_path),))
 
 
 async def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "m.jsonl", [line(), b"x" * (manifests.MAX_LINE_BYTES * 3)])
+    uri = write(tmp_path / "acme" / "m.jsonl", [line(), b"x" * (manifests.MAX_LINE_BYTES * 3)])
     with pytest.raises(manifests.ManifestInvalid, match=rf"^manifest line 2: longer than {manifests.MAX_LINE_BYTES}"):
         await collect(uri, (str(tmp_path),))
 
 
 async def test_too_many_lines_are_refused(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(manifests, "MAX_LINES", 3)
-    uri = write(tmp_path / "m.jsonl", [line(key=f"k{i}") for i in range(4)])
+    uri = write(tmp_path / "acme" / "m.jsonl", [line(key=f"k{i}") for i in range(4)])
     with pytest.raises(manifests.ManifestInvalid, match="more than 3 lines; split the batch"):
         await collect(uri, (str(tmp_path),))
 
 
 async def test_a_manifest_outside_the_roots_is_invalid_and_a_missing_one_unavailable(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "m.jsonl", [line()])
+    uri = write(tmp_path / "acme" / "m.jsonl", [line()])
     elsewhere = tmp_path / "roots"
     elsewhere.mkdir()
-    with pytest.raises(manifests.ManifestInvalid, match="outside the document roots"):
+    with pytest.raises(manifests.ManifestInvalid, match="outside the document directories of namespace acme"):
         await collect(uri, (str(elsewhere),))
     with pytest.raises(manifests.ManifestUnavailable, match="no such file"):
-        await collect((tmp_path / "missing.jsonl").as_uri(), (str(tmp_path),))
+        await collect((tmp_path / "acme" / "missing.jsonl").as_uri(), (str(tmp_path),))
 
 
 async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "m.jsonl", [line(key="a", bytes=3), line(key="b", uri='file:///d/x,"y"', bytes=4)])
-    async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),))) as spooled:
+    uri = write(tmp_path / "acme" / "m.jsonl", [line(key="a", bytes=3), line(key="b", uri='file:///d/x,"y"', bytes=4)])
+    async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme") as spooled:
         assert (spooled.documents, spooled.total_bytes) == (2, 7)
         rows = spooled.path.read_text().splitlines()
         assert rows[1].startswith('2,b,"file:///d/x,""y""",')
@@ -135,9 +136,9 @@ async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: p
 
 
 async def test_an_empty_manifest_is_invalid(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "m.jsonl", [b""])
+    uri = write(tmp_path / "acme" / "m.jsonl", [b""])
     with pytest.raises(manifests.ManifestInvalid, match="lists no documents"):
-        async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),))):
+        async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme"):
             pass
 
 
