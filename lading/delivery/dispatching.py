@@ -44,7 +44,7 @@ import logging
 import secrets as pysecrets
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -54,10 +54,11 @@ import yarl
 
 from lading import failpoints, logs, metrics, tracing
 from lading import settings as lading_settings
-from lading.db import deliveries
+from lading.db import conflicts, deliveries, storable
 from lading.delivery import breaker, building, egress
 from lading.delivery import secrets as delivery_secrets
 from lading.delivery.states import DeliveryState
+from lading.ids import DeliveryId
 from lading.jobs import retry
 from lading.models import specs
 from lading.webhooks import signing
@@ -131,7 +132,32 @@ class DeliveryConfig:
 
 
 def _cut(text: str) -> str:
+    """A stored error: storable (NUL and lone surrogates escaped) and at most ERROR_MAX_CHARS long."""
+    text = storable.escaped(text)
     return text if len(text) <= ERROR_MAX_CHARS else text[:ERROR_MAX_CHARS] + "…"
+
+
+def unstorable(finish: deliveries.Finish, refusal: BaseException, *, ambiguous_before: bool) -> deliveries.Finish:
+    """The terminal finish of a delivery whose attempt outcome PostgreSQL refused to store (pure).
+
+    The state stays as true as what is known: DELIVERED when the receiver said 2xx; UNKNOWN_EXTERNAL
+    when this or an earlier attempt may have been applied; FAILED_TERMINAL otherwise. Error class
+    UNSTORABLE, and an error that names the refusal and what the outcome was; the refused values
+    themselves are left out, so this finish is storable."""
+    if finish.to is DeliveryState.DELIVERED:
+        to, outcome = DeliveryState.DELIVERED, "delivered"
+    elif finish.ambiguous or ambiguous_before or finish.to is DeliveryState.UNKNOWN_EXTERNAL:
+        to, outcome = DeliveryState.UNKNOWN_EXTERNAL, "unknown"
+    else:
+        to, outcome = DeliveryState.FAILED_TERMINAL, "failed"
+    status = "" if finish.http_status is None else f", HTTP {finish.http_status}"
+    return deliveries.Finish(
+        delivery_id=finish.delivery_id, fence=finish.fence, to=to, outcome=outcome,
+        error_class=storable.UNSTORABLE,
+        error=_cut(f"the attempt's outcome ({finish.outcome}{status}, {finish.error_class or 'no error'}) could not "
+                   f"be stored: {type(refusal).__name__}: {refusal}"),
+        ambiguous=finish.ambiguous,
+    )
 
 
 def classify_status(status: int, *, retry_after: str | None, location: str | None, now: dt.datetime) -> AttemptOutcome:
@@ -503,25 +529,19 @@ class Dispatcher:
                     last_auth[c.endpoint] = outcome.status
             elif outcome.kind in (RETRY, AMBIGUOUS):
                 counter["failures"] += 1
-        async with self.db.acquire() as conn, conn.transaction():
-            applied = await deliveries.finish_many(conn, finishes, owner=self.owner)
-            for name, counter in health.items():
-                await deliveries.record_outcomes(
-                    conn,
-                    endpoint=name,
-                    outcomes=deliveries.Outcomes(
-                        up=counter["up"], failures=counter["failures"], auth_refusals=counter["auth"],
-                        successes=counter["successes"], last_auth_status=last_auth.get(name),
-                    ),
-                    breaker_threshold=s.breaker_threshold,
-                    cooldown_s=s.breaker_cooldown_s,
-                    cooldown_cap_s=s.breaker_cooldown_cap_s,
-                    auth_threshold=s.auth_failing_threshold,
-                )
+        folded = {
+            name: deliveries.Outcomes(
+                up=counter["up"], failures=counter["failures"], auth_refusals=counter["auth"],
+                successes=counter["successes"], last_auth_status=last_auth.get(name),
+            )
+            for name, counter in health.items()
+        }
+        applied = await self._write(finishes, folded, earlier_ambiguous={c.id for c in claimed if c.ambiguous_attempts})
         counts: collections.Counter[str] = collections.Counter()
         wall_now = dt.datetime.now(dt.UTC)
-        for c, finish in zip(claimed, finishes, strict=True):
-            if finish.delivery_id not in applied:
+        for c in claimed:
+            finish = applied.get(c.id)
+            if finish is None:
                 counts["stale"] += 1
                 metrics.DELIVERY_STALE.inc()
                 metrics.DELIVERY_ATTEMPTS.labels(c.endpoint, "stale").inc()
@@ -546,31 +566,116 @@ class Dispatcher:
             stale=counts["stale"],
         )
 
+    async def _write(
+            self,
+            finishes: Sequence[deliveries.Finish],
+            health: dict[str, deliveries.Outcomes],
+            *,
+            earlier_ambiguous: Collection[DeliveryId] = (),
+    ) -> dict[DeliveryId, deliveries.Finish]:
+        """Record a round: the outcomes under their fences and the endpoints' health, in one
+        transaction; returns the finish applied to each delivery that moved (the others were stale).
+
+        Rows are locked in the canonical order (deliveries by id, in the statement; then endpoints
+        by name), and a deadlock or serialization failure reruns the whole transaction: the round's
+        outcomes stay in memory until it commits. A data error (a value PostgreSQL cannot store)
+        isolates the offending outcomes: every other one is recorded, and each refused one ends its
+        delivery terminally with error class UNSTORABLE (`unstorable`), so it is neither re-sent
+        for ever nor lost without a word. `earlier_ambiguous`: deliveries with an ambiguous attempt
+        before this one (an unstorable outcome of theirs ends UNKNOWN_EXTERNAL)."""
+        ordered = sorted(finishes, key=lambda f: f.delivery_id)
+        by_id = {f.delivery_id: f for f in ordered}
+
+        async def whole_round() -> dict[DeliveryId, str]:
+            async with self.db.acquire() as conn, conn.transaction():
+                moved = await deliveries.finish_many(conn, ordered, owner=self.owner)
+                await self._fold_health(conn, health)
+                return moved
+
+        try:
+            moved = await conflicts.retrying(whole_round, what="Recording a delivery round")
+        except asyncpg.PostgresError as exc:
+            if not storable.is_data_error(exc):
+                raise
+            logger.warning("Recording %d delivery outcomes was refused (%s); isolating the unstorable ones",
+                           len(ordered), type(exc).__name__)  # fmt: skip
+        else:
+            return {d: by_id[d] for d in moved}
+        isolated = await storable.isolate(ordered, self._finish_group)
+        written = {d: by_id[d] for part in isolated.results for d in part}
+        for finish, refusal in isolated.refused:
+            replacement = unstorable(finish, refusal, ambiguous_before=finish.delivery_id in earlier_ambiguous)
+            logger.error("Delivery %s: its outcome (%s) cannot be stored (%s); it ends %s as %s",
+                         finish.delivery_id, finish.outcome, type(refusal).__name__, replacement.to.value,
+                         storable.UNSTORABLE)  # fmt: skip
+            if await self._finish_group([replacement]):
+                written[finish.delivery_id] = replacement
+
+        async def health_only() -> None:
+            async with self.db.acquire() as conn, conn.transaction():
+                await self._fold_health(conn, health)
+
+        try:
+            await conflicts.retrying(health_only, what="Recording endpoint health")
+        except asyncpg.PostgresError as exc:
+            if not storable.is_data_error(exc):
+                raise
+            logger.error("Endpoint health of this round could not be stored (%s); skipped", type(exc).__name__)
+        return written
+
+    async def _finish_group(self, group: Sequence[deliveries.Finish]) -> dict[DeliveryId, str]:
+        """One group of outcomes in its own transaction (a unit `storable.isolate` can split)."""
+
+        async def once() -> dict[DeliveryId, str]:
+            async with self.db.acquire() as conn, conn.transaction():
+                return await deliveries.finish_many(conn, group, owner=self.owner)
+
+        return await conflicts.retrying(once, what="Recording delivery outcomes")
+
+    async def _fold_health(self, conn: asyncpg.Connection, health: dict[str, deliveries.Outcomes]) -> None:
+        """Fold the round into each endpoint's breaker and AuthFailing, endpoints in name order (the
+        canonical lock order: two rounds over endpoints X and Y never lock them crosswise)."""
+        s = self.settings
+        for name in sorted(health):
+            await deliveries.record_outcomes(
+                conn,
+                endpoint=name,
+                outcomes=health[name],
+                breaker_threshold=s.breaker_threshold,
+                cooldown_s=s.breaker_cooldown_s,
+                cooldown_cap_s=s.breaker_cooldown_cap_s,
+                auth_threshold=s.auth_failing_threshold,
+            )
+
     # Upkeep ----------------------------------------------------------------------------------
 
     async def reap_once(self) -> int:
         """Move on in-flight deliveries whose dispatcher vanished (lease over): an ambiguous attempt."""
         s = self.settings
-        async with self.db.acquire() as conn, conn.transaction():
-            expired = await deliveries.lock_expired_leases(conn, limit=REAP_BATCH)
-            reaps: list[deliveries.Reap] = []
-            for lease in expired:
-                budget = Budget.of(lease.endpoint_spec)
-                decision = retry.decide(
-                    attempt=max(lease.budget_attempts, 1),
-                    now=lease.now,
-                    deadline_at=lease.first_attempt_at + dt.timedelta(seconds=budget.max_age_s),
-                    settings=lading_settings.AttemptSettings(
-                        timeout_s=s.total_timeout_s, max_attempts=budget.max_attempts,
-                        backoff_base_s=s.backoff_base_s, backoff_cap_s=s.backoff_cap_s,
-                    ),
-                )
-                if decision.retry and decision.at is not None:
-                    reaps.append(deliveries.Reap(lease.id, lease.fence, DeliveryState.RETRY_SCHEDULED,
-                                                 (decision.at - lease.now).total_seconds()))
-                else:
-                    reaps.append(deliveries.Reap(lease.id, lease.fence, DeliveryState.UNKNOWN_EXTERNAL, None))
-            moved = await deliveries.reap_many(conn, reaps)
+
+        async def reap() -> tuple[list[deliveries.ExpiredLease], dict[DeliveryId, str]]:
+            async with self.db.acquire() as conn, conn.transaction():
+                expired = await deliveries.lock_expired_leases(conn, limit=REAP_BATCH)
+                reaps: list[deliveries.Reap] = []
+                for lease in expired:
+                    budget = Budget.of(lease.endpoint_spec)
+                    decision = retry.decide(
+                        attempt=max(lease.budget_attempts, 1),
+                        now=lease.now,
+                        deadline_at=lease.first_attempt_at + dt.timedelta(seconds=budget.max_age_s),
+                        settings=lading_settings.AttemptSettings(
+                            timeout_s=s.total_timeout_s, max_attempts=budget.max_attempts,
+                            backoff_base_s=s.backoff_base_s, backoff_cap_s=s.backoff_cap_s,
+                        ),
+                    )
+                    if decision.retry and decision.at is not None:
+                        reaps.append(deliveries.Reap(lease.id, lease.fence, DeliveryState.RETRY_SCHEDULED,
+                                                     (decision.at - lease.now).total_seconds()))
+                    else:
+                        reaps.append(deliveries.Reap(lease.id, lease.fence, DeliveryState.UNKNOWN_EXTERNAL, None))
+                return expired, await deliveries.reap_many(conn, reaps)
+
+        expired, moved = await conflicts.retrying(reap, what="Reaping expired delivery leases")
         for lease in expired:
             state = moved.get(lease.id)
             if state is not None:

@@ -36,7 +36,7 @@ import aiormq.exceptions
 import asyncpg
 
 from lading import errors, failpoints, metrics, tracing
-from lading.db import outbox
+from lading.db import conflicts, outbox
 from lading.events import backoff, messages, topology
 from lading.settings import EventSettings
 
@@ -134,9 +134,18 @@ class OutboxRelay:
         confirmed = [e.id for e, a in zip(events, answers, strict=True) if a == "confirmed"]
         refused = [e.id for e, a in zip(events, answers, strict=True) if a in ("nacked", "returned")]
         lost = [e.id for e, a in zip(events, answers, strict=True) if a == "unconfirmed"]
-        marked = await outbox.mark_published(self._db, ids=confirmed, owner=self.owner)
-        await outbox.release(self._db, ids=refused, owner=self.owner, after_s=s.refused_retry_s)
-        await outbox.release(self._db, ids=lost, owner=self.owner, after_s=0.0)
+        # Each is one statement locking its rows in id order; a conflict (deadlock, serialization) reruns it.
+        marked = await conflicts.retrying(
+            lambda: outbox.mark_published(self._db, ids=confirmed, owner=self.owner), what="Marking outbox events"
+        )
+        await conflicts.retrying(
+            lambda: outbox.release(self._db, ids=refused, owner=self.owner, after_s=s.refused_retry_s),
+            what="Releasing refused outbox events",
+        )
+        await conflicts.retrying(
+            lambda: outbox.release(self._db, ids=lost, owner=self.owner, after_s=0.0),
+            what="Releasing unconfirmed outbox events",
+        )
         metrics.OUTBOX_MARKED.inc(marked)
         for answer in ("confirmed", "nacked", "returned", "unconfirmed"):
             if n := answers.count(answer):

@@ -28,13 +28,22 @@ SELECT b.created_at AS started_at,
 -- suspended batch out of the claim index (extraction_jobs_fair_claimable), so no claim reads
 -- them. Suspension marks unfinished jobs (a running one stays out once it is rescheduled);
 -- resumption clears every mark and wakes idle claimers of the batch's pool at commit.
+-- The jobs are locked in id order first (docs/architecture.md, "Lock order"): running ones are
+-- also locked, in id order, by their workers' heartbeats and group commits.
 WITH batch AS (
     UPDATE batches SET suspended = $2 WHERE id = $1 RETURNING id, pool
+), locked AS (
+    SELECT j.id
+      FROM extraction_jobs j JOIN batch b ON j.batch_id = b.id
+     WHERE j.suspended <> $2
+       AND (NOT $2 OR j.state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING'))
+     ORDER BY j.id
+       FOR UPDATE OF j
 ), marked AS (
     UPDATE extraction_jobs j
        SET suspended = $2
-      FROM batch b
-     WHERE j.batch_id = b.id AND j.suspended <> $2
+      FROM locked l
+     WHERE j.id = l.id AND j.suspended <> $2
        AND (NOT $2 OR j.state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING'))
     RETURNING j.id
 )

@@ -51,12 +51,17 @@ SELECT c.*, clock_timestamp() AS claimed_at,
 -- in one statement. Each row is a compare-and-set on (owner $11, fence, unexpired lease): a stale
 -- attempt (its lease ran out, another dispatcher owns the delivery now) changes nothing and its
 -- attempt row is closed as `stale`. Returns the deliveries that moved.
+-- Lock order (docs/architecture.md): every delivery row of the input first, in delivery_id
+-- order, whatever order the input came in; then their attempt rows, which only a holder of the
+-- delivery row changes. Two dispatchers recording overlapping rounds then never wait in a cycle.
 WITH input AS (
     SELECT *
       FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::int[], $7::text[],
                   $8::text[], $9::int[], $10::bool[])
            AS t(delivery_id, fence, to_state, retry_in_s, outcome, http_status, error_class, error,
                 latency_ms, ambiguous)
+), locked AS (
+    SELECT d.delivery_id FROM deliveries d WHERE d.delivery_id = ANY($1::uuid[]) ORDER BY d.delivery_id FOR UPDATE
 ), finished AS (
     UPDATE deliveries d
        SET state = i.to_state,
@@ -71,7 +76,7 @@ WITH input AS (
            last_error_class = i.error_class,
            last_error = i.error,
            updated_at = clock_timestamp()
-      FROM input i
+      FROM input i JOIN locked l ON l.delivery_id = i.delivery_id
      WHERE d.delivery_id = i.delivery_id
        AND d.state = 'IN_FLIGHT'
        AND d.fence = i.fence

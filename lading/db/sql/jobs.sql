@@ -78,10 +78,12 @@ SELECT c.*, d.text, clock_timestamp() AS claimed_at, prev.error_class AS previou
 -- "Running" is written as `lease_until > clock_timestamp()`: the CHECK running_has_lease
 -- makes a lease exist exactly while a job is RUNNING, and this form keeps the planner on
 -- the primary key instead of joining every submitted row against every running job.
+-- A value PostgreSQL cannot store fails the whole statement with a data error (SQLSTATE class
+-- 22/54); the committer then splits the group to isolate it (lading.db.storable.isolate).
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
-                  $8::int[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[], $15::bool[])
+                  $8::bigint[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[], $15::bool[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
                 tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back)
 ), locked AS (
@@ -161,13 +163,17 @@ RETURNING j.id;
 -- RUNNING -> RETRY_SCHEDULED, due at once, for claims whose model call never started
 -- (prefetched by a worker that is shutting down). The unstarted attempt is given back
 -- (attempt-1) and closed as cancelled; fence+1 so the old claim can never commit.
+-- Rows are locked in id order first (see job_heartbeat_many): the heartbeater and committer
+-- may still be touching the same rows from their own connections.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(job_id, fence)
+), locked AS (
+    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
 ), released AS (
     UPDATE extraction_jobs j
        SET state = 'RETRY_SCHEDULED', attempt = j.attempt - 1, fence = j.fence + 1, lease_until = NULL,
            worker_id = NULL, available_at = clock_timestamp(), updated_at = clock_timestamp()
-      FROM input i
+      FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id AND j.fence = i.fence AND j.worker_id = $3
        AND j.lease_until > clock_timestamp()  -- i.e. RUNNING and still ours
     RETURNING j.id, i.fence AS old_fence
@@ -237,12 +243,22 @@ RETURNING j.id;
 -- name: job_cancel_batch
 -- Any non-terminal state -> CANCELLED (a deleted or cancelled batch). A running attempt
 -- loses its lease here and its late completion is discarded as stale.
-UPDATE extraction_jobs
+-- The batch's rows are locked in id order first: running ones are also locked, in id order,
+-- by their workers' heartbeats and group commits.
+WITH locked AS (
+    SELECT j.id
+      FROM extraction_jobs j
+     WHERE j.batch_id = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED')
+     ORDER BY j.id
+       FOR UPDATE
+)
+UPDATE extraction_jobs j
    SET state = 'CANCELLED', lease_until = NULL, worker_id = NULL, finished_at = clock_timestamp(),
        updated_at = clock_timestamp(), last_error_class = 'CANCELLED', last_error = $2
- WHERE batch_id = $1
-   AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED')
-RETURNING id;
+  FROM locked l
+ WHERE j.id = l.id
+   AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED', 'REVIEW_REQUIRED')
+RETURNING j.id;
 
 -- name: job_cancel
 UPDATE extraction_jobs

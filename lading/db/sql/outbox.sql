@@ -23,22 +23,41 @@ RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.type, o.payload,
 -- name: outbox_mark_published
 -- Events $1 the broker confirmed, still claimed by relay $2. A relay whose claim expired and
 -- was taken over marks nothing: the new owner publishes again (consumers dedup by event_id).
-UPDATE outbox_events
+-- Rows are locked in id order first (docs/architecture.md, "Lock order"): an old and a new
+-- owner marking overlapping rows never wait on each other in a cycle.
+WITH locked AS (
+    SELECT o.id
+      FROM outbox_events o
+     WHERE o.id = ANY($1::bigint[]) AND o.claim_owner = $2 AND o.published_at IS NULL
+     ORDER BY o.id
+       FOR UPDATE
+)
+UPDATE outbox_events o
    SET published_at = clock_timestamp(), claim_owner = NULL, claim_until = NULL
- WHERE id = ANY($1::bigint[])
-   AND claim_owner = $2
-   AND published_at IS NULL
-RETURNING id;
+  FROM locked l
+ WHERE o.id = l.id
+   AND o.claim_owner = $2
+   AND o.published_at IS NULL
+RETURNING o.id;
 
 -- name: outbox_release
 -- Events $1 that relay $2 could not get confirmed: free them after $3 seconds (0 = at once,
 -- after a lost connection; longer after a nack or a return, so a refused event does not spin).
-UPDATE outbox_events
+-- Rows are locked in id order first, as outbox_mark_published does.
+WITH locked AS (
+    SELECT o.id
+      FROM outbox_events o
+     WHERE o.id = ANY($1::bigint[]) AND o.claim_owner = $2 AND o.published_at IS NULL
+     ORDER BY o.id
+       FOR UPDATE
+)
+UPDATE outbox_events o
    SET claim_until = clock_timestamp() + make_interval(secs => $3)
- WHERE id = ANY($1::bigint[])
-   AND claim_owner = $2
-   AND published_at IS NULL
-RETURNING id;
+  FROM locked l
+ WHERE o.id = l.id
+   AND o.claim_owner = $2
+   AND o.published_at IS NULL
+RETURNING o.id;
 
 -- name: outbox_oldest_unpublished
 -- Age in seconds of the oldest unpublished event (NULL when none), from the unpublished index.
