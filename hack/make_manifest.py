@@ -7,7 +7,7 @@ ExtractionBatch's `spec.manifestUri` (format: docs/large-batches.md).
 Every `*.txt` file under DOCS_DIR (recursively, in path order) becomes one line: the key is its
 path relative to DOCS_DIR without `.txt`, the URI is PREFIX + that relative path (default
 PREFIX: `file://` + DOCS_DIR's absolute path + `/`), plus the file's SHA-256 and size. Use
---uri-prefix for the path where the workers see the directory (`file:///data/march/`) or for
+--uri-prefix for the path where the workers see the directory (`file:///data/acme/march/`: root /data, namespace acme) or for
 where it is served over HTTP (`https://files.example/march/`).
 
     python hack/make_manifest.py --example [--check]   (re)write examples/large-batch/manifest.jsonl
@@ -24,8 +24,9 @@ import urllib.parse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "large-batch"
-EXAMPLE_PREFIX = "file:///data/large-batch/documents/"
-"""Where the example's documents are when the shared volume holding it is mounted at /data."""
+EXAMPLE_PREFIX = "file:///data/acme/large-batch/documents/"
+"""Where the example's documents are when the shared volume is mounted at /data (the document
+root) and the example sits in namespace acme's directory."""
 
 
 def manifest_lines(documents: pathlib.Path, *, uri_prefix: str | None = None) -> list[str]:

@@ -38,7 +38,7 @@ def _copy_example(dest: pathlib.Path) -> pathlib.Path:
     shutil.copytree(EXAMPLE / "documents", dest / "documents")
     made = _run(str(MAKE_MANIFEST), str(dest / "documents"), "-o", str(dest / "manifest.jsonl"))
     assert made.returncode == 0, made.stderr
-    batch = (EXAMPLE / "batch.yaml").read_text().replace("file:///data/large-batch/", f"file://{dest}/")
+    batch = (EXAMPLE / "batch.yaml").read_text().replace("file:///data/acme/large-batch/", f"file://{dest}/")
     (dest / "batch.yaml").write_text(batch)
     return dest / "batch.yaml"
 

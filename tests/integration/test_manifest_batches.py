@@ -35,6 +35,13 @@ LOOPBACK = DocumentSettings(egress_allow=("127.0.0.0/8",))
 """The test servers listen on 127.0.0.1, which the default egress policy refuses."""
 
 
+@pytest.fixture(autouse=True)
+def tenant_directory(tmp_path: pathlib.Path) -> pathlib.Path:
+    """`tmp_path` is the document root; the batches here are namespace acme's, so read beneath acme/."""
+    (tmp_path / "acme").mkdir()
+    return tmp_path / "acme"
+
+
 def batch(uri: str, *, name: str = "big", uid: str = "uid-big") -> specs.ExtractionBatch:
     return specs.ExtractionBatch.model_validate(
         {
@@ -91,13 +98,13 @@ async def test_a_10000_document_manifest_is_admitted_in_one_transaction_with_bou
 ) -> None:
     await factories.seed(db)
     # Long URIs: the manifest is ~12 MB, so holding it (or its lines as objects) would show.
-    lines = synthetic_manifest(tmp_path / "m.jsonl", 10_000, padding=1000)
-    size = (tmp_path / "m.jsonl").stat().st_size
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 10_000, padding=1000)
+    size = (tmp_path / "acme" / "m.jsonl").stat().st_size
     assert size > 11_000_000
     settings = DocumentSettings(roots=(str(tmp_path),))
     tracemalloc.start()
     try:
-        applied = await applying.admit_batch(db, batch((tmp_path / "m.jsonl").as_uri()), documents=settings)
+        applied = await applying.admit_batch(db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=settings)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -126,14 +133,14 @@ async def test_a_10000_document_manifest_is_admitted_in_one_transaction_with_bou
 
 async def test_a_bad_line_near_the_end_admits_nothing(db: asyncpg.Connection, tmp_path: pathlib.Path) -> None:
     await factories.seed(db)
-    lines = synthetic_manifest(tmp_path / "m.jsonl", 10_000)
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 10_000)
     bad = json.loads(lines[9_998])
     bad["sha256"] = bad["sha256"].upper()
     lines[9_998] = json.dumps(bad).encode()
-    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(applying.InvalidManifest) as caught:
         await applying.admit_batch(
-            db, batch((tmp_path / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
         )
     assert caught.value.reason == "InvalidManifest"
     assert caught.value.line == 9_999
@@ -147,13 +154,13 @@ async def test_a_duplicate_key_admits_nothing_and_names_both_lines(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
     await factories.seed(db)
-    lines = synthetic_manifest(tmp_path / "m.jsonl", 500)
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 500)
     lines.append(lines[41])
-    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines))  # no final newline: still a line
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines))  # no final newline: still a line
     with pytest.raises(applying.InvalidManifest, match=r"manifest line 501: key: 'doc-000041' is already listed on "
                                                       r"line 42; keys must be unique"):
         await applying.admit_batch(
-            db, batch((tmp_path / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
         )
     assert await counts(db) == (0, 0, 0, 0)
 
@@ -162,16 +169,16 @@ async def test_readmission_is_idempotent_and_a_changed_manifest_conflicts(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
     await factories.seed(db)
-    lines = synthetic_manifest(tmp_path / "m.jsonl", 300)
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 300)
     settings = DocumentSettings(roots=(str(tmp_path),))
-    uri = (tmp_path / "m.jsonl").as_uri()
+    uri = (tmp_path / "acme" / "m.jsonl").as_uri()
     first = await applying.admit_batch(db, batch(uri), documents=settings)
     again = await applying.admit_batch(db, batch(uri), documents=settings)
     assert first.result.created and not again.result.created
     assert again.result.job_ids == first.result.job_ids and again.result.batch_id == first.result.batch_id
     assert (await counts(db))[:3] == (1, 300, 300)
 
-    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n")
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines[:-1]) + b"\n")
     with pytest.raises(errors.IdempotencyConflict):
         await applying.admit_batch(db, batch(uri), documents=settings)
     assert (await counts(db))[:3] == (1, 300, 300)
@@ -182,7 +189,7 @@ async def test_the_same_documents_hash_the_same_inline_and_by_manifest(
 ) -> None:
     await factories.seed(db)
     texts = [(f"doc-{i:03d}", f"Rechnung {i} - Summe {i},00 €") for i in (3, 1, 2, 10)]
-    uri = write_documents(tmp_path, texts)
+    uri = write_documents(tmp_path / "acme", texts)
     await applying.admit_batch(db, batch(uri, name="by-manifest"), documents=DocumentSettings(roots=(str(tmp_path),)))
     inline = specs.ExtractionBatch.model_validate(
         {
@@ -211,9 +218,9 @@ async def test_an_http_manifest_is_admitted_and_an_unreachable_one_is_temporary(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
     await factories.seed(db)
-    synthetic_manifest(tmp_path / "m.jsonl", 2_000)
+    synthetic_manifest(tmp_path / "acme" / "m.jsonl", 2_000)
     async with fileserver.running() as server:
-        server.files["/batches/m.jsonl"] = (tmp_path / "m.jsonl").read_bytes()
+        server.files["/batches/m.jsonl"] = (tmp_path / "acme" / "m.jsonl").read_bytes()
         server.failures["/batches/m.jsonl"].append(503)
         with pytest.raises(manifests.ManifestUnavailable, match="HTTP 503") as caught:
             await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")), documents=LOOPBACK)
@@ -250,14 +257,14 @@ async def test_a_file_manifest_outside_the_document_roots_is_refused(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
     await factories.seed(db)
-    synthetic_manifest(tmp_path / "m.jsonl", 10)
+    synthetic_manifest(tmp_path / "acme" / "m.jsonl", 10)
     (tmp_path / "roots").mkdir()
-    with pytest.raises(applying.InvalidManifest, match="outside the document roots"):
+    with pytest.raises(applying.InvalidManifest, match="outside the document directories of namespace acme"):
         await applying.admit_batch(
-            db, batch((tmp_path / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path / "roots"),))
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path / "roots"),))
         )
     with pytest.raises(applying.InvalidManifest, match="no document roots are configured"):
-        await applying.admit_batch(db, batch((tmp_path / "m.jsonl").as_uri()))
+        await applying.admit_batch(db, batch((tmp_path / "acme" / "m.jsonl").as_uri()))
     assert await counts(db) == (0, 0, 0, 0)
 
 
@@ -295,7 +302,7 @@ async def test_workers_fetch_verify_and_extract_documents_given_by_uri(
 ) -> None:
     await factories.seed(db)
     samples = generator.generate(40, seed=7)
-    uri = write_documents(tmp_path, [(s.key, s.text) for s in samples])
+    uri = write_documents(tmp_path / "acme", [(s.key, s.text) for s in samples])
     await applying.admit_batch(db, batch(uri), documents=DocumentSettings(roots=(str(tmp_path),)))
     worker = running.Worker(dbpool, settings=worker_settings(tmp_path))
     async with waiting.running(worker.run):
@@ -318,9 +325,9 @@ async def test_a_tampered_document_fails_terminally_with_a_digest_mismatch(
 ) -> None:
     await factories.seed(db)
     samples = generator.generate(3, seed=11)
-    uri = write_documents(tmp_path, [(s.key, s.text) for s in samples])
+    uri = write_documents(tmp_path / "acme", [(s.key, s.text) for s in samples])
     await applying.admit_batch(db, batch(uri), documents=DocumentSettings(roots=(str(tmp_path),)))
-    tampered = tmp_path / f"{samples[1].key}.txt"
+    tampered = tmp_path / "acme" / f"{samples[1].key}.txt"
     original = tampered.read_bytes()
     tampered.write_bytes(original.replace(b"1", b"7", 1) if b"1" in original else b"X" + original[1:])
     labels = {"pool": factories.POOL, "result": "DOCUMENT_DIGEST_MISMATCH"}
@@ -337,41 +344,50 @@ async def test_a_tampered_document_fails_terminally_with_a_digest_mismatch(
         samples[1].key,
     )
     assert attempt is not None and attempt["outcome"] == "terminal"
-    assert "the manifest says" in attempt["error"] and attempt["tokens_in"] is None  # the model was not called
+    assert "does not match the manifest's sha256" in attempt["error"] and attempt["tokens_in"] is None  # the model was not called
     found = await states(db)
     assert all(found[s.key][0] == s.expected_state for i, s in enumerate(samples) if i != 1)
 
 
-async def test_a_document_outside_the_worker_roots_is_refused(
+async def test_a_document_outside_the_batch_namespace_directory_is_refused(
         db: asyncpg.Connection, dbpool: asyncpg.Pool, tmp_path: pathlib.Path
 ) -> None:
+    """Another tenant's file with its valid digest, a link to it, a directory link in the middle
+    of the path, '..': a batch of acme reads none of them, and the errors say nothing of them."""
     await factories.seed(db)
     (tmp_path / "outside").mkdir()
     secret = tmp_path / "outside" / "secret.txt"
     secret.write_bytes(b"not for tenants")
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    escaping = shared / "escape.txt"
-    escaping.symlink_to(secret)
+    root = tmp_path / "shared"
+    (root / "acme").mkdir(parents=True)
+    (root / "globex").mkdir()
+    theirs = root / "globex" / "invoice.txt"
+    theirs.write_bytes(b"globex invoice 4711, not for acme")
+    (root / "acme" / "escape.txt").symlink_to(secret)
+    (root / "acme" / "neighbour").symlink_to(root / "globex", target_is_directory=True)
     lines = [
         manifest_line("direct", secret.as_uri(), b"not for tenants"),
-        manifest_line("via-symlink", escaping.as_uri(), b"not for tenants"),
-        manifest_line("dotdot", f"file://{shared}/../outside/secret.txt", b"not for tenants"),
+        manifest_line("via-symlink", (root / "acme" / "escape.txt").as_uri(), b"not for tenants"),
+        manifest_line("dotdot", f"file://{root}/acme/../globex/invoice.txt", theirs.read_bytes()),
+        manifest_line("other-tenant", theirs.as_uri(), theirs.read_bytes()),
+        manifest_line("dir-link", (root / "acme" / "neighbour" / "invoice.txt").as_uri(), theirs.read_bytes()),
     ]
-    (shared / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (root / "acme" / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     await applying.admit_batch(
-        db, batch((shared / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(shared),))
+        db, batch((root / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(root),))
     )
-    worker = running.Worker(dbpool, settings=worker_settings(shared))
+    worker = running.Worker(dbpool, settings=worker_settings(root))
     async with waiting.running(worker.run):
-        await waiting.until(lambda: settled(db, 3), timeout_s=30)
+        await waiting.until(lambda: settled(db, 5), timeout_s=30)
     assert await states(db) == {
-        "direct": ("FAILED_TERMINAL", "DOCUMENT_REFUSED"),
-        "via-symlink": ("FAILED_TERMINAL", "DOCUMENT_REFUSED"),
-        "dotdot": ("FAILED_TERMINAL", "DOCUMENT_REFUSED"),
+        key: ("FAILED_TERMINAL", "DOCUMENT_REFUSED")
+        for key in ("direct", "via-symlink", "dotdot", "other-tenant", "dir-link")
     }
     errors_ = [r["error"] for r in await db.fetch("SELECT error FROM job_attempts")]
-    assert all("not for tenants" not in e for e in errors_)
+    assert len(errors_) == 5
+    digest = hashlib.sha256(theirs.read_bytes()).hexdigest()
+    for error in errors_:
+        assert "not for" not in error and digest[:8] not in error and "bytes," not in error, error
 
 
 async def test_http_documents_are_verified_and_an_unavailable_one_is_retried(
@@ -460,9 +476,9 @@ async def test_uris_with_commas_quotes_and_backslashes_survive_the_bulk_load(
     await factories.seed(db)
     odd = ['file:///data/a,b.txt', 'file:///data/"quoted".txt', "file:///data/back\\slash.txt", "https://h/x?a=1,2&b=\"3\""]
     lines = [manifest_line(f"k{i}", uri, f"text {i}".encode()) for i, uri in enumerate(odd)]
-    (tmp_path / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     await applying.admit_batch(
-        db, batch((tmp_path / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+        db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
     )
     stored = await db.fetch(
         "SELECT d.uri FROM job_documents d JOIN extraction_jobs j ON j.id = d.job_id ORDER BY j.ordinal"
