@@ -13,9 +13,12 @@ A job that is not waiting for review (decided already, by a concurrent reviewer 
 cancelled) changes nothing, and `NotAwaitingReview` names the state it is in.
 
 A correction must be a valid `invoice.v1` document, or `CorrectionInvalid` names pydantic's
-error locations and nothing is written. The job's validation policy then judges it against
-the document's text; that verdict is stored and reported, never enforced: the reviewer
-decides, and may well accept an invoice that really does not add up.
+error locations and nothing is written. What PostgreSQL cannot store (NUL, lone surrogates,
+integers past 64 bits, NaN or Infinity; `lading.db.storable`) is refused the same way, naming
+the field, before any SQL; a sign-off holding a lone surrogate is refused like one holding
+control characters. The job's validation policy then judges the correction against the
+document's text; that verdict is stored and reported, never enforced: the reviewer decides,
+and may well accept an invoice that really does not add up.
 
 `list_queue` and `show` are the read side. Neither reads the document text, which may be
 confidential (`lading jobs show ID --show-document` prints it on request). The CLI is
@@ -24,8 +27,9 @@ confidential (`lading jobs show ID --show-document` prints it on request). The C
     errors.PermanentError
     ├── JobNotFound             no job has this id
     ├── NotAwaitingReview       the job is not in REVIEW_REQUIRED; names its state
-    └── ReviewInputInvalid      reviewer or reason missing, too long, or with control characters
-        └── CorrectionInvalid   not an invoice.v1 document; names where and why
+    └── ReviewInputInvalid      reviewer or reason missing, too long, with control characters or a
+        │                       lone surrogate
+        └── CorrectionInvalid   not an invoice.v1 document, or not storable; names where and why
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import asyncpg
 import pydantic
 
 from lading import errors, ids, validation
-from lading.db import jobs, queries, reporting
+from lading.db import jobs, queries, reporting, storable
 from lading.jobs import states
 from lading.models import invoice
 
@@ -132,6 +136,8 @@ class SignOff:
                 raise ReviewInputInvalid(f"the {what} is {len(value)} characters long; at most {limit} are allowed")
             if any(unicodedata.category(c) == "Cc" and c not in allowed for c in value):
                 raise ReviewInputInvalid(f"the {what} contains control characters")
+            if storable.unstorable_reason(value) is not None:  # a lone surrogate: not valid UTF-8
+                raise ReviewInputInvalid(f"the {what} contains a lone surrogate, which is not valid UTF-8")
         return cls(reviewer=reviewer, reason=reason)
 
 
@@ -200,7 +206,12 @@ class ReviewCase:
 
 
 def parse_correction(corrected: dict[str, Any]) -> invoice.Invoice:
-    """The corrected result as an `invoice.Invoice`, or `CorrectionInvalid` naming every schema error."""
+    """The corrected result as an `invoice.Invoice`, or `CorrectionInvalid` naming every schema
+    error, or the first value PostgreSQL could not store (checked first: the schema would accept
+    a NUL in a name, and a key it forbids is still named)."""
+    unstorable = storable.unstorable_reason(corrected, where="correction")
+    if unstorable is not None:
+        raise CorrectionInvalid(locations=[unstorable[:500]])
     try:
         return invoice.Invoice.model_validate(corrected)
     except pydantic.ValidationError as exc:

@@ -124,7 +124,9 @@ async def finish_many(
     """Apply many finishing transitions at once; returns the ids that were applied.
 
     A Finish whose fence is stale or whose lease expired changes nothing and is recorded
-    in `stale_completions`; its id is absent from the result.
+    in `stale_completions`; its id is absent from the result. A value PostgreSQL cannot store
+    (`storable.is_data_error`) fails the statement and writes nothing of the group: the caller
+    isolates the bad Finish (`storable.isolate`) rather than retrying the group.
     """
     if not finishes:
         return set()

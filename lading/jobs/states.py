@@ -26,7 +26,8 @@ class JobState(enum.StrEnum):
     RETRY_SCHEDULED = "RETRY_SCHEDULED"  #: failed transiently; the claimer takes it once available_at is due
     REVIEW_REQUIRED = "REVIEW_REQUIRED"  #: extracted but doubtful; a reviewer approves or rejects it
     SUCCEEDED = "SUCCEEDED"              #: final; a validated result exists
-    FAILED_TERMINAL = "FAILED_TERMINAL"  #: final; attempts or deadline exhausted, or a permanent error
+    FAILED_TERMINAL = "FAILED_TERMINAL"  #: final; attempts or deadline exhausted, a permanent error, or
+                                         #: an outcome the database refused to store (UNSTORABLE)
     CANCELLED = "CANCELLED"              #: final; its batch was deleted or cancelled
 
 

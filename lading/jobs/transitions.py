@@ -4,14 +4,22 @@ How an attempt ends: a closed set of constructors for the finishing transitions.
 The executor builds one `Finish` per attempt and hands it to the committer, which
 applies many at once with `lading.db.jobs.finish_many` (one compare-and-set statement).
 No code writes `state = ...` by hand; the SQL guards come from `states.LEGAL`.
+
+A Finish PostgreSQL refuses to store (a NUL or a lone surrogate in its text or JSON, an
+integer past bigint: `lading.db.storable`) is never retried as is: the committer replaces it
+with `unstorable(...)`, FAILED_TERMINAL with error class UNSTORABLE, which names the refused
+field and keeps none of its values. Values are meant to be refused earlier, where they enter
+(model output: `lading.providers.base.checked`); this is the last line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import re
+from typing import Any, Final
 
 from lading import errors
+from lading.db import storable
 from lading.ids import Fence, JobId
 from lading.jobs.states import JobState, is_legal
 
@@ -21,9 +29,18 @@ FINISHING = frozenset(
 """Where an attempt can end (cancellation is not an attempt's outcome: it comes from outside)."""
 
 
+USAGE_TOKENS_MAX: Final = 2**31 - 1
+"""The largest token count one model call can plausibly report. The largest context windows are
+about 10⁷ tokens, so a count past this is a provider bug, not usage; and with every count below
+it, a tenant's daily sum (bigint) cannot overflow however many calls it makes."""
+
+_SHOWN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}(\[[0-9]{1,9}\])*")
+"""A place in a refused value that may be named in an error: a schema-like key, list indexes."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """What an attempt cost, recorded on its attempt row."""
+    """What an attempt cost, recorded on its attempt row (job_attempts.tokens_* are bigint)."""
 
     tokens_in: int | None = None
     tokens_out: int | None = None
@@ -49,8 +66,8 @@ class Finish:
     output_sha256: str | None = None
     """Digest of the attempt's invalid output, when there was one."""
     give_back_attempt: bool = False
-    """The endpoint could not serve this attempt at all (key refused, quota spent): a retry does
-    not count it against the job's budget."""
+    """The endpoint could not serve this attempt at all (key refused, quota spent, rate limited,
+    overloaded): a retry does not count it against the job's budget."""
     pause_pool_s: float | None = None
     """Pause the job's pool this long after committing: its endpoint cannot serve anyone now."""
 
@@ -59,6 +76,58 @@ class Finish:
             raise errors.IllegalTransition(f"an attempt cannot finish in {self.to.value}")
 
 
+def refusal(value: object, *, where: str) -> str | None:
+    """Why `value` cannot be stored (`storable.unstorable_reason`), in words fit for an error
+    message: the place is named by schema-like keys only (a key written by a model may echo the
+    document; others show as `?`), the value never. None when it can be stored."""
+    reason = storable.unstorable_reason(value, where=where)
+    if reason is None:
+        return None
+    # The kinds of reason contain no ": ", the place before it only keys already found storable.
+    place, _, kind = reason.rpartition(": ")
+    shown = ".".join(part if _SHOWN_NAME.fullmatch(part) else "?" for part in place.split("."))
+    return f"{shown[:200]}: {kind}"
+
+
+def unstorable(finish: Finish, *, sqlstate: str | None = None) -> Finish:
+    """What ends an attempt whose `finish` PostgreSQL refused to store (SQLSTATE class 22 or 54):
+    FAILED_TERMINAL, error class UNSTORABLE, the error naming the refused field, and none of the
+    finish's own values but the storable usage. Terminal because the same values would be refused
+    again; the job's other attempts and the other jobs of its commit group are not affected."""
+    fields: list[tuple[str, object]] = [
+        ("result", finish.result),
+        ("validation", finish.validation),
+        ("error", finish.error),
+        ("error_class", finish.error_class),
+        ("output_sha256", finish.output_sha256),
+        ("tokens_in", finish.usage.tokens_in),
+        ("tokens_out", finish.usage.tokens_out),
+        ("latency_ms", finish.usage.latency_ms),
+    ]
+    named = next((reason for name, value in fields if (reason := refusal(value, where=name)) is not None), None)
+    code = f" (SQLSTATE {sqlstate})" if sqlstate else ""
+    error = (
+        f"the database refused to store this attempt's outcome{code}: {named}"
+        if named is not None
+        else f"the database refused to store this attempt's outcome{code}; no single field explains it"
+    )
+    return fail(
+        finish.job_id,
+        finish.fence,
+        outcome="terminal",
+        error_class=storable.UNSTORABLE,
+        error=storable.escaped(error)[:1000],
+        usage=Usage(
+            tokens_in=_plausible(finish.usage.tokens_in),
+            tokens_out=_plausible(finish.usage.tokens_out),
+            latency_ms=_plausible(finish.usage.latency_ms),
+        ),
+    )
+
+
+def _plausible(count: int | None) -> int | None:
+    """`count` when it is a plausible token count (or latency in ms: both fit 32 bits), else None."""
+    return count if count is not None and 0 <= count <= USAGE_TOKENS_MAX else None
 
 
 def succeed(
@@ -110,8 +179,11 @@ def retry(
         retry_in_s: float,
         output_sha256: str | None = None,
         pause_pool_s: float | None = None,
+        give_back: bool = False,
         usage: Usage = NO_USAGE,
 ) -> Finish:
+    """Another attempt in `retry_in_s`. The attempt is given back (recorded, not counted against
+    the job's maxAttempts) with `give_back` or a pool pause: the pool, not the job, failed."""
     return Finish(
         job_id,
         fence,
@@ -121,7 +193,7 @@ def retry(
         error=error,
         retry_in_s=retry_in_s,
         output_sha256=output_sha256,
-        give_back_attempt=pause_pool_s is not None,
+        give_back_attempt=give_back or pause_pool_s is not None,
         pause_pool_s=pause_pool_s,
         usage=usage,
     )

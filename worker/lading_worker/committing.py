@@ -6,6 +6,21 @@ per-attempt semantics stay exact while the round trips are shared: at high throu
 one statement commits up to `commit_batch_size` attempts with their attempt, result and
 outbox rows. If the database is unreachable the batch is retried; leases that expire
 meanwhile make those completions stale, never double-applied.
+
+A data error is not unavailability: a value PostgreSQL cannot store (lading.db.storable) fails
+the statement for the whole group, and retrying it would fail for ever while the heartbeater
+kept the leases alive. The group is split instead (`storable.isolate`, about 2·log₂(n) more
+statements for one bad attempt in n) until every good attempt is committed and each bad one is
+alone; that one is committed as FAILED_TERMINAL with error class UNSTORABLE and an error naming
+the refused field (`transitions.unstorable`). Should even that be refused, its submitter is told
+"not applied", the error is logged once, and the lease runs out: nothing is retried here.
+
+    finish_many(group) ─ok──────────▶ every attempt answered (applied or stale)
+          │ data error
+          ▼
+    split in halves ──▶ ... ──▶ one attempt refused ──▶ finish_many([unstorable(it)])
+                                                          ├─ok────▶ FAILED_TERMINAL (UNSTORABLE)
+                                                          └─refused▶ not applied, logged once
 """
 
 from __future__ import annotations
@@ -13,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 import asyncpg
 import prometheus_client
 
 from lading import metrics
-from lading.db import jobs, registry
+from lading.db import jobs, registry, storable
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
@@ -33,7 +49,17 @@ RETRY_DELAY_S = 0.5
 @dataclasses.dataclass(frozen=True)
 class CommitResult:
     applied: int = 0
+    """Attempts committed, the UNSTORABLE replacements included."""
     stale: int = 0
+    """Attempts discarded: the lease was lost or the fence superseded."""
+    unstorable: int = 0
+    """Attempts the database refused to store, committed as FAILED_TERMINAL (UNSTORABLE) instead."""
+    lost: int = 0
+    """Attempts whose UNSTORABLE replacement was refused too: not committed, left to lease expiry."""
+
+
+Entry = tuple[transitions.Finish, asyncio.Future[bool]]
+"""A submitted attempt and the future its submitter awaits."""
 
 
 class Committer:
@@ -49,46 +75,111 @@ class Committer:
         self._worker_id = worker_id
         self._pool = pool
         self._settings = settings
-        self._pending: list[tuple[transitions.Finish, asyncio.Future[bool]]] = []
+        self._pending: list[Entry] = []
         self._wake = asyncio.Event()
         self._stale_metric = metrics.STALE_COMPLETIONS.labels(pool)
         self._finished_metrics: dict[tuple[str, str], prometheus_client.Counter] = {}
 
     async def submit(self, finish: transitions.Finish) -> bool:
-        """Queue `finish`; True once committed, False if it was stale and discarded."""
+        """Queue `finish`; True once committed (as given, or replaced by its UNSTORABLE failure),
+        False if it was stale and discarded or could not be stored at all."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((finish, future))
         self._wake.set()
         return await future
 
     async def run_once(self) -> CommitResult:
+        """Commit the oldest pending attempts in one statement. A data error (a value PostgreSQL
+        cannot store) splits the group until the good attempts are committed and each bad one is
+        alone; that one is committed as FAILED_TERMINAL (UNSTORABLE). Any other error propagates
+        with the attempts not yet committed still pending: the caller retries them."""
         batch = self._pending[: self._settings.commit_batch_size]
         if not batch:
             return CommitResult()
-        async with self._db.acquire() as conn:
-            applied = await jobs.finish_many(conn, [f for f, _ in batch], worker_id=self._worker_id)
-            pauses = [f for f, _ in batch if f.pause_pool_s is not None and f.job_id in applied]
-            if pauses:
-                longest = max(pauses, key=lambda f: f.pause_pool_s or 0.0)
-                await registry.pause_pool(
-                    conn, name=self._pool, seconds=longest.pause_pool_s or 0.0, reason=longest.error_class or ""
-                )
-                logger.warning(
-                    "Pool %s paused for %.0f s: %s", self._pool, longest.pause_pool_s, longest.error_class
-                )
-        del self._pending[: len(batch)]
+        committed: dict[asyncio.Future[bool], transitions.Finish | None] = {}
+        lost: set[asyncio.Future[bool]] = set()
+        unstorable = 0
+        try:
+            async with self._db.acquire() as conn:
+                refused = await self._finish(conn, batch, committed)
+                if refused:
+                    replacements = [
+                        (transitions.unstorable(finish, sqlstate=exc.sqlstate), future)
+                        for (finish, future), exc in refused
+                    ]
+                    for (finish, future), _ in await self._finish(conn, replacements, committed):
+                        committed[future] = None
+                        lost.add(future)
+                        logger.error(
+                            "Attempt %s/%s could not be stored, nor its failure (%s); left to lease expiry",
+                            finish.job_id, finish.fence, finish.error,
+                        )
+                    for finish, future in replacements:
+                        if committed.get(future) is finish:
+                            unstorable += 1
+                            logger.warning(
+                                "Attempt %s/%s ended FAILED_TERMINAL (%s): %s",
+                                finish.job_id, finish.fence, finish.error_class, finish.error,
+                            )
+                await self._pause(conn, [f for f in committed.values() if f is not None])
+        finally:
+            applied, stale = self._resolve(batch, committed, lost=lost)
         metrics.COMMIT_BATCH.observe(len(batch))
-        stale = 0
-        for finish, future in batch:
-            ok = finish.job_id in applied
-            if ok:
+        return CommitResult(applied=applied, stale=stale, unstorable=unstorable, lost=len(lost))
+
+    async def _finish(
+            self,
+            conn: asyncpg.Connection,
+            entries: Sequence[Entry],
+            committed: dict[asyncio.Future[bool], transitions.Finish | None],
+    ) -> list[tuple[Entry, asyncpg.PostgresError]]:
+        """Apply `entries`, isolating data errors; record in `committed` the finish each group
+        applied (None: stale) as soon as its statement returns. Returns the refused entries."""
+
+        async def apply(group: Sequence[Entry]) -> None:
+            applied = await jobs.finish_many(conn, [f for f, _ in group], worker_id=self._worker_id)
+            for finish, future in group:
+                committed[future] = finish if finish.job_id in applied else None
+
+        return (await storable.isolate(entries, apply)).refused
+
+    async def _pause(self, conn: asyncpg.Connection, applied: Sequence[transitions.Finish]) -> None:
+        pauses = [f for f in applied if f.pause_pool_s is not None]
+        if not pauses:
+            return
+        longest = max(pauses, key=lambda f: f.pause_pool_s or 0.0)
+        await registry.pause_pool(
+            conn, name=self._pool, seconds=longest.pause_pool_s or 0.0, reason=longest.error_class or ""
+        )
+        logger.warning("Pool %s paused for %.0f s: %s", self._pool, longest.pause_pool_s, longest.error_class)
+
+    def _resolve(
+            self,
+            batch: Sequence[Entry],
+            committed: dict[asyncio.Future[bool], transitions.Finish | None],
+            *,
+            lost: set[asyncio.Future[bool]],
+    ) -> tuple[int, int]:
+        """Answer every attempt of `batch` with a verdict and drop it from the queue; those
+        without one (the statement failed before their group ran) stay queued. (applied, stale)."""
+        applied = stale = 0
+        for _, future in batch:
+            if future not in committed:
+                continue
+            finish = committed[future]
+            if finish is not None:
+                applied += 1
                 self._finished_metric(finish.outcome, finish.to.value).inc()
-            else:
+            elif future not in lost:
                 stale += 1
                 self._stale_metric.inc()
             if not future.done():
-                future.set_result(ok)
-        return CommitResult(applied=len(batch) - stale, stale=stale)
+                future.set_result(finish is not None)
+        if len(committed) == len(batch):
+            del self._pending[: len(batch)]  # the usual case: submit() only appends
+        else:
+            self._pending = [entry for entry in self._pending if entry[1] not in committed]
+        return applied, stale
 
     def _finished_metric(self, outcome: str, state: str) -> prometheus_client.Counter:
         key = (outcome, state)
