@@ -16,6 +16,8 @@ and the outcome's class and `retry_after_s` tell the retry policy what to do.
     2xx, a refusal instead of content               INVALID_OUTPUT     MODEL_REFUSAL
     2xx, content is not JSON                        INVALID_OUTPUT     MALFORMED_OUTPUT
     2xx, JSON that is not invoice.v1                INVALID_OUTPUT     SCHEMA_VIOLATION
+    2xx, JSON holding NUL, a lone surrogate, an     INVALID_OUTPUT     UNSTORABLE_OUTPUT
+    integer past 64 bits or a non-finite number
     2xx, the envelope is not a chat completion      INVALID_OUTPUT     MALFORMED_RESPONSE
     2xx, body larger than max_response_bytes        INVALID_OUTPUT     RESPONSE_TOO_LARGE
     3xx                                             TERMINAL           UNEXPECTED_REDIRECT
@@ -48,8 +50,11 @@ key is only ever sent in the Authorization header; it is not logged, not in `rep
 Outcome text that contains it (a server echoing headers into its answer) is redacted.
 
 Model output is data: it is parsed as JSON and validated against the schema, never executed,
-never used as a URL. Whether the values are right (arithmetic, evidence) is the validation
-policy's business, after this provider returns.
+never used as a URL. What PostgreSQL could not store is refused before the schema is consulted
+(in keys too, and in values the schema would drop), and raw output kept for a reviewer is
+escaped (`lading.db.storable.escaped`): NUL and lone surrogates show as `\\u0000`, `\\ud800`.
+Whether the values are right (arithmetic, evidence) is the validation policy's business, after
+this provider returns.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ from typing import Any, Final
 import aiohttp
 import pydantic
 
-from lading.jobs import retry
+from lading.db import storable
+from lading.jobs import retry, transitions
 from lading.models import invoice
 from lading.providers import base, builtin, prompting
 
@@ -126,6 +132,7 @@ _QUOTA_WORDS = ("quota", "billing", "credit balance", "insufficient credit")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FIELD_NAME = re.compile(r"[a-z_]{1,40}")
 
+UNSTORABLE_OUTPUT: Final = base.UNSTORABLE_OUTPUT
 
 class OpenAICompatibleProvider:
     """`provider: openai-compatible` (and vLLM's OpenAI server): see the module docstring."""
@@ -393,6 +400,15 @@ def _loads(text: str) -> Any:
 
 
 def _reject_constant(name: str) -> Any:
+    unstorable = transitions.refusal(data, where="answer")
+    if unstorable is not None:
+        return _failed(
+            base.OutcomeClass.INVALID_OUTPUT,
+            error_class=UNSTORABLE_OUTPUT,
+            error=f"the answer cannot be stored: {unstorable}",
+            raw_output=raw,
+            tokens=(tokens_in, tokens_out),
+        )
     raise ValueError(f"{name} is not JSON")
 
 
@@ -610,7 +626,7 @@ def _failed(
         error_class=error_class,
         error=error,
         retry_after_s=retry_after_s,
-        raw_output=None if raw_output is None else _truncated(raw_output, RAW_OUTPUT_MAX_BYTES),
+        raw_output=None if raw_output is None else _truncated(storable.escaped(raw_output), RAW_OUTPUT_MAX_BYTES),
     )
     if tokens == (None, None):
         return failed
