@@ -8,8 +8,14 @@ the payload digest, and apply the event's effect; ack only after that commit.
     same id, same digest         nothing (a redelivery, or a relay that republished), ack
     same id, other digest        quarantined (inbox_quarantine) and alarmed, never applied, ack
     not an event (messages.py)   rejected without requeue -> dead-letter queue
+    refused by PostgreSQL        rejected without requeue -> dead-letter queue: a data error
+                                 (`storable.is_data_error`) is about the message, not the
+                                 database, and would fail the same way on every retry
     database unavailable         the message stays unacked; the transaction is retried with
                                  backoff (the delivery count does not grow meanwhile)
+
+Each message is its own transaction, so a refused one never holds back the others: it is
+dead-lettered, and the consumer goes on (it does not keep a prefetch slot).
 
 Effects are deliberately small. `batch.accepted.v1`: the jobs are already READY from the
 acceptance transaction, so the effect is a NOTIFY to the claimers of the batch's pool (the pool
@@ -33,7 +39,7 @@ import aio_pika.abc
 import asyncpg
 
 from lading import failpoints, metrics, tracing
-from lading.db import outbox
+from lading.db import outbox, storable
 from lading.events import backoff, messages, topology
 from lading.events.relay import BROKER_ERRORS, DATABASE_ERRORS
 from lading.settings import EventSettings
@@ -121,16 +127,18 @@ class IngressConsumer:
         try:
             event = messages.parse(message)
         except messages.Unparseable as exc:
-            logger.warning("Rejecting a message to the dead-letter queue: %s", exc)
-            await message.reject(requeue=False)
-            self.counts.add(REJECTED)
-            return REJECTED
+            return await self._dead_letter(message, str(exc))
         failures = 0
         while True:
             try:
                 outcome = await self.record(event)
                 break
             except DATABASE_ERRORS as exc:
+                if storable.is_data_error(exc):  # rolled back; the same message fails the same way every time
+                    return await self._dead_letter(
+                        message, f"event {event.event_id} ({event.type}) refused by PostgreSQL: {type(exc).__name__} "
+                        f"(SQLSTATE {getattr(exc, 'sqlstate', '?')})",
+                    )
                 failures += 1
                 if stop.is_set():
                     raise
@@ -144,6 +152,13 @@ class IngressConsumer:
             self.counts.redelivered += 1
         self.counts.add(outcome)
         return outcome
+
+    async def _dead_letter(self, message: aio_pika.abc.AbstractIncomingMessage, why: str) -> str:
+        """Reject without requeue: the queue's dead-letter exchange keeps the message for a human."""
+        logger.warning("Rejecting a message to the dead-letter queue: %s", why)
+        await message.reject(requeue=False)
+        self.counts.add(REJECTED)
+        return REJECTED
 
     async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         task = asyncio.current_task()

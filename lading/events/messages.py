@@ -6,9 +6,10 @@ Out (relay): one persistent AMQP message per outbox row. `message_id` is the row
 payload as JSON, and headers carry the tenant, batch and job ids for tracing.
 
 In (ingress): a message is an event only if it has a UUID `message_id`, a versioned type
-(`batch.accepted.v1`) and a JSON object body of bounded size; the types the ingress acts on
-must also carry the ids it needs. Anything else is `Unparseable` and goes to the dead-letter
-queue. The digest that decides "same event" is over the type and the canonical payload
+(`batch.accepted.v1`) and a JSON object body of bounded size that PostgreSQL can store (no
+U+0000 in a string or a key, no integer beyond 64 bits: the inbox keeps the payload as jsonb);
+the types the ingress acts on must also carry the ids it needs. Anything else is `Unparseable`
+and goes to the dead-letter queue: retrying it could never succeed. The digest that decides "same event" is over the type and the canonical payload
 (sorted keys), so it does not depend on how a producer spaced or ordered its JSON.
 """
 
@@ -25,7 +26,7 @@ import aio_pika.abc
 import orjson
 
 from lading import errors
-from lading.db import outbox
+from lading.db import outbox, storable
 
 MAX_BODY_BYTES = 1 << 20
 """Largest event body the ingress accepts (1 MiB). Events carry ids and states, not documents."""
@@ -93,6 +94,9 @@ def parse(message: aio_pika.abc.AbstractIncomingMessage) -> Event:
         raise Unparseable(f"event {event_id} body is not JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise Unparseable(f"event {event_id} body is JSON {type(payload).__name__}, not an object")
+    reason = storable.unstorable_reason(payload, where="body")
+    if reason is not None:
+        raise Unparseable(f"event {event_id} cannot be stored: {reason}")
     _require_ids(event_id, type_, payload)
     return Event(
         event_id=event_id,

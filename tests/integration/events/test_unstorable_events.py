@@ -1,0 +1,102 @@
+"""
+Events PostgreSQL cannot store, against real RabbitMQ and PostgreSQL: the ingress dead-letters
+them (a data error is about the message, never "database unavailable") and goes on with the
+next message, even with a single prefetch slot; the relay sets an outbox row aside when marking
+it fails with a data error, and the rest of its group is marked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import aio_pika
+import aio_pika.abc
+import asyncpg
+import orjson
+
+from lading.db import storable
+from lading.events import ingress, relay
+from lading.settings import BrokerTopology, EventSettings
+from tests.integration.events import helpers
+from tests.support import waiting
+
+
+async def _publish(channel: aio_pika.abc.AbstractChannel, names: BrokerTopology, *, body: bytes,
+                   message_id: str, type: str = "extraction.completed.v1") -> None:  # fmt: skip
+    exchange = await channel.get_exchange(names.name(names.exchange), ensure=False)
+    await exchange.publish(aio_pika.Message(body, message_id=message_id, type=type), routing_key=type)
+
+
+async def _dead_letters(channel: aio_pika.abc.AbstractChannel, names: BrokerTopology, n: int) -> list[bytes]:
+    got: list[bytes] = []
+
+    async def enough() -> bool:
+        got.extend(m.body for m in await helpers.drain(channel, names.name(names.dead_letter_queue)))
+        return len(got) >= n
+
+    await waiting.until(enough, timeout_s=15)
+    return got
+
+
+async def test_unstorable_bodies_are_dead_lettered_and_the_consumer_goes_on(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, amqp_url: str, event_settings: EventSettings,
+        channel: aio_pika.abc.AbstractChannel, names: BrokerTopology,
+) -> None:
+    """Valid JSON, but not storable: a NUL in a string or a key, an integer beyond bigint. Each
+    used to fail the inbox INSERT, be taken for an outage and retried for ever, holding the only
+    prefetch slot: the good event behind them was never recorded."""
+    bad = [
+        b'{"job_id": 1, "note": "a\\u0000b"}',
+        b'{"job_id": 2, "nested": {"k\\u0000": 1}}',
+        b'{"job_id": 3, "fence": 9223372036854775808}',
+    ]
+    for body in bad:
+        await _publish(channel, names, body=body, message_id=str(uuid.uuid4()))
+    good = str(uuid.uuid4())
+    await _publish(channel, names, body=orjson.dumps({"job_id": 9}), message_id=good)
+    one_slot = dataclasses.replace(event_settings, ingress=dataclasses.replace(event_settings.ingress, prefetch=1))
+    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
+
+    async with waiting.running(consumer.run_forever):
+        await waiting.until(lambda: _recorded(consumer), timeout_s=20)
+
+    assert (consumer.counts.rejected, consumer.counts.recorded) == (3, 1)
+    assert [str(r["event_id"]) for r in await db.fetch("SELECT event_id FROM execution_inbox")] == [good]
+    assert sorted(await _dead_letters(channel, names, 3)) == sorted(bad)
+
+
+async def test_a_message_whose_insert_fails_with_a_data_error_is_dead_lettered(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, amqp_url: str, event_settings: EventSettings,
+        channel: aio_pika.abc.AbstractChannel, names: BrokerTopology,
+) -> None:
+    """Defence in depth: a value the checks let through but the server refuses (here, a trigger
+    raising SQLSTATE 22021 for one payload) is dead-lettered, not retried as an outage."""
+    await db.execute(
+        """CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.payload ? 'poison' THEN
+               RAISE EXCEPTION 'refused' USING ERRCODE = 'character_not_in_repertoire';
+             END IF;
+             RETURN NEW;
+           END $$;
+           CREATE TRIGGER refuse_poison BEFORE INSERT ON execution_inbox
+              FOR EACH ROW EXECUTE FUNCTION refuse_poison();"""
+    )
+    poisoned = orjson.dumps({"job_id": 1, "poison": True})
+    await _publish(channel, names, body=poisoned, message_id=str(uuid.uuid4()))
+    good = str(uuid.uuid4())
+    await _publish(channel, names, body=orjson.dumps({"job_id": 2}), message_id=good)
+    one_slot = dataclasses.replace(event_settings, ingress=dataclasses.replace(event_settings.ingress, prefetch=1))
+    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
+
+    async with waiting.running(consumer.run_forever):
+        await waiting.until(lambda: _recorded(consumer), timeout_s=20)
+
+    assert (consumer.counts.rejected, consumer.counts.recorded) == (1, 1)
+    assert [str(r["event_id"]) for r in await db.fetch("SELECT event_id FROM execution_inbox")] == [good]
+    assert await _dead_letters(channel, names, 1) == [poisoned]
+
+
+async def _recorded(consumer: ingress.IngressConsumer) -> bool:
+    return consumer.counts.recorded >= 1
