@@ -12,12 +12,19 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
 - `GET /v1/models`: the served model.
 - `GET /metrics`: vLLM's metric names: `vllm:num_requests_running`, `vllm:num_requests_waiting`,
   `vllm:kv_cache_usage_perc` (and the older `vllm:gpu_cache_usage_perc`).
-- Its own limits, like a hosted API: more than `--rpm` requests or `--tpm` tokens in any 60 s,
-  more than `--rps` in any second, or more than `--concurrency` at once, get a 429 with
-  Retry-After. Tokens are counted when the request arrives (prompt + the completion it will
-  produce).
-- Faults on demand: `POST /admin/faults` with `{"kind": "429"|"500"|"401"|"malformed"|"truncated"|
-  "hang", "count": N, "retry_after": S}` makes the next N requests fail that way.
+- Its own limits, like a hosted API: more than `--rpm` requests or `--tpm` tokens in any
+  `--window-s` (60 s; tests scale it down), more than `--rps` in any second, or more than
+  `--concurrency` at once, get a 429 with Retry-After. Tokens are counted when the request
+  arrives and stay counted for the whole window, whatever the answer used: the prompt (message
+  texts and the response_format schema, characters / 4) plus, with `--accounting reserved` (the
+  hosted-API rule), the request's `max_tokens`, or with `--accounting used` (the default, as
+  vLLM-based servers count) the completion it will produce. `--strict`: a refused request
+  counts too (hosted APIs count unsuccessful requests against the minute), so a client that
+  keeps knocking during a storm prolongs it. `--ratelimit-headers`: every answer carries
+  OpenAI's `x-ratelimit-limit-*`, `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` headers.
+- Faults on demand: `POST /admin/faults` with `{"kind": "429"|"503"|"500"|"401"|"malformed"|
+  "truncated"|"hang", "count": N, "retry_after": S}` makes the next N requests fail that way
+  (503 is vLLM's overload answer, with Retry-After).
 - `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window
   and requests in any second, most concurrent requests, each request's arrival time (unix
   seconds, last 10,000) and each admitted request's arrival and tokens.
@@ -29,6 +36,7 @@ import argparse
 import asyncio
 import collections
 import json
+import math
 import random
 import re
 import socket
@@ -40,7 +48,6 @@ from aiohttp import web
 
 from lading.providers import builtin
 
-WINDOW_S = 60.0
 DOCUMENT = re.compile(r"<document-([0-9a-f]+)>\n(.*)\n</document-\1>", re.DOTALL)
 
 
@@ -56,13 +63,14 @@ class Stub:
         self.max_second_requests = 0
         self.max_window_tokens = 0
         self.statuses: collections.Counter[int] = collections.Counter()
+        self.refusals: collections.Counter[str] = collections.Counter()  # 429s of its own limits, by limit
         self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
         self.admitted: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)  # (arrival, tokens)
         self.faults: list[dict[str, Any]] = []
         self.closing = asyncio.Event()
 
     def _expire(self, now: float) -> None:
-        while self.window and self.window[0][0] <= now - WINDOW_S:
+        while self.window and self.window[0][0] <= now - self.args.window_s:
             self.window_tokens -= self.window.popleft()[1]
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -76,28 +84,27 @@ class Stub:
         match = DOCUMENT.search(user)
         outcome = builtin.extract_text(match[2] if match else user)
         content = json.dumps(outcome.result if outcome.result is not None else {})
-        prompt_tokens = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4
+        prompt_chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
+        prompt_tokens = (prompt_chars + len(json.dumps(body.get("response_format") or ""))) // 4
         completion_tokens = len(content) // 4
-        tokens = prompt_tokens + completion_tokens
+        a = self.args
+        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else completion_tokens
+        tokens = prompt_tokens + (max_tokens if a.accounting == "reserved" else completion_tokens)
 
         self._expire(arrived)
-        a = self.args
         if self.in_flight + 1 > a.concurrency:
-            return self._too_many("concurrency", 1)
+            return self._too_many("concurrency", 1, arrived=arrived, tokens=tokens)
         while self.second and self.second[0] <= arrived - 1.0:
             self.second.popleft()
         if len(self.second) + 1 > a.rps:
-            return self._too_many("per-second", 1)
+            return self._too_many("per-second", 1, arrived=arrived, tokens=tokens)
         if len(self.window) + 1 > a.rpm or self.window_tokens + tokens > a.tpm:
-            retry_after = max(1, int(self.window[0][0] + WINDOW_S - arrived + 1)) if self.window else 1
-            return self._too_many("rate", retry_after)
+            retry_after = max(1, math.ceil(self.window[0][0] + a.window_s - arrived)) if self.window else 1
+            return self._too_many("rate", retry_after, arrived=arrived, tokens=tokens)
         self.second.append(arrived)
         self.admitted.append((arrived, tokens))
         self.max_second_requests = max(self.max_second_requests, len(self.second))
-        self.window.append((arrived, tokens))
-        self.window_tokens += tokens
-        self.max_window_requests = max(self.max_window_requests, len(self.window))
-        self.max_window_tokens = max(self.max_window_tokens, self.window_tokens)
+        self._count(arrived, tokens)
 
         self.in_flight += 1
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
@@ -111,14 +118,38 @@ class Stub:
             "id": "chatcmpl-stub", "object": "chat.completion", "created": int(arrived), "model": a.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": tokens},
-        })
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }, headers=self._ratelimit_headers(time.time()))
 
-    def _too_many(self, why: str, retry_after: int) -> web.Response:
+    def _count(self, arrived: float, tokens: int) -> None:
+        self.window.append((arrived, tokens))
+        self.window_tokens += tokens
+        self.max_window_requests = max(self.max_window_requests, len(self.window))
+        self.max_window_tokens = max(self.max_window_tokens, self.window_tokens)
+
+    def _ratelimit_headers(self, now: float) -> dict[str, str]:
+        """OpenAI's rate-limit headers: what is left of the window and when it is whole again."""
+        a = self.args
+        if not a.ratelimit_headers:
+            return {}
+        self._expire(now)
+        reset_s = (self.window[-1][0] + a.window_s - now) if self.window else 0.0
+        return {
+            "x-ratelimit-limit-requests": str(a.rpm), "x-ratelimit-limit-tokens": str(a.tpm),
+            "x-ratelimit-remaining-requests": str(max(0, a.rpm - len(self.window))),
+            "x-ratelimit-remaining-tokens": str(max(0, a.tpm - self.window_tokens)),
+            "x-ratelimit-reset-requests": f"{max(0.0, reset_s):.3f}s",
+            "x-ratelimit-reset-tokens": f"{max(0.0, reset_s):.3f}s",
+        }
+
+    def _too_many(self, why: str, retry_after: int, *, arrived: float, tokens: int) -> web.Response:
         self.statuses[429] += 1
+        self.refusals[why] += 1
+        if self.args.strict:
+            self._count(arrived, tokens)  # hosted APIs count unsuccessful requests against the minute
         return web.json_response(
             {"error": {"message": f"stub {why} limit exceeded", "type": "rate_limit_exceeded"}},
-            status=429, headers={"Retry-After": str(retry_after)},
+            status=429, headers={"Retry-After": str(retry_after), **self._ratelimit_headers(arrived)},
         )
 
     def _next_fault(self) -> dict[str, Any] | None:
@@ -136,6 +167,10 @@ class Stub:
             self.statuses[429] += 1
             return web.json_response({"error": {"message": "injected 429", "type": "rate_limit_exceeded"}},
                                      status=429, headers={"Retry-After": str(fault.get("retry_after", 1))})
+        if kind == "503":
+            self.statuses[503] += 1
+            return web.json_response({"error": {"message": "server overloaded", "type": "ServiceUnavailable"}},
+                                     status=503, headers={"Retry-After": str(fault.get("retry_after", 1))})
         if kind in ("500", "401"):
             self.statuses[int(kind)] += 1
             return web.json_response({"error": {"message": f"injected {kind}", "type": "InjectedError"}},
@@ -169,8 +204,10 @@ class Stub:
 
     async def add_fault(self, request: web.Request) -> web.Response:
         fault = await request.json()
-        if fault.get("kind") not in ("429", "500", "401", "malformed", "truncated", "hang"):
-            return web.json_response({"error": "kind must be 429, 500, 401, malformed, truncated or hang"}, status=400)
+        if fault.get("kind") not in ("429", "503", "500", "401", "malformed", "truncated", "hang"):
+            return web.json_response(
+                {"error": "kind must be 429, 503, 500, 401, malformed, truncated or hang"}, status=400
+            )
         self.faults.append({"kind": fault["kind"], "count": int(fault.get("count", 1)),
                             "retry_after": fault.get("retry_after", 1)})
         return web.json_response({"queued": len(self.faults)})
@@ -181,6 +218,7 @@ class Stub:
             "max_window_requests": self.max_window_requests, "max_second_requests": self.max_second_requests,
             "max_window_tokens": self.max_window_tokens,
             "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
+            "refusals": dict(self.refusals), "faults_left": sum(f["count"] for f in self.faults),
             "admitted": [list(a) for a in self.admitted],
         })
 
@@ -217,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tpm", type=int, default=1_000_000_000)
     parser.add_argument("--rps", type=int, default=1_000_000, help="requests allowed in any one second")
     parser.add_argument("--concurrency", type=int, default=10_000)
+    parser.add_argument("--window-s", type=float, default=60.0, help="the per-minute limits' window (scaled in tests)")
+    parser.add_argument("--accounting", choices=("reserved", "used"), default="used",
+                        help="reserved: prompt + max_tokens count (hosted APIs); used: prompt + completion")
+    parser.add_argument("--strict", action="store_true", help="refused requests count against the limits too")
+    parser.add_argument("--ratelimit-headers", action="store_true", help="send x-ratelimit-* headers")
     args = parser.parse_args(argv)
     try:
         asyncio.run(serve(args))

@@ -5,21 +5,37 @@ every worker replica through PostgreSQL.
 Before each model call a worker acquires, in one short transaction, one request from the
 pool's requests-per-minute budget, a token reservation from its tokens-per-minute budget, and
 one in-flight permit from its max concurrency: all three or none (`limiter_try_acquire`). The
-pool row is locked first, so two replicas cannot both take the last permit. After the call the
-permit is released and the reservation reconciled with the usage the provider reported; a
-request that timed out after it was sent keeps its reservation (it may have been billed). A
-permit carries an expiry, so a crashed worker's permits free themselves. A 429 cools the whole
-pool down (`pools.cooldown_until`): no replica sends until it ends.
+pool row is locked first, so two replicas cannot both take the last permit. A permit carries an
+expiry, so a crashed worker's permits free themselves. A 429 (or a 503 with Retry-After) cools
+the whole pool down (`pools.cooldown_until`): no replica sends until it ends.
 
-    attempt ──acquire──▶ permit ──model call──▶ release(tokens used)
+    attempt ──acquire──▶ permit ──model call──▶ release(tokens to count)
                 │ refused: wait until the window frees, the cooldown ends,
-                │          or (concurrency) a little while, then ask again
+                │          or (concurrency) a release, then ask again
 
-Inside one process only one task asks the database at a time (a FIFO lock per pool); the
-others wait behind it. So a worker with 100 concurrent attempts costs the database one query
-per grant, not a hundred pollers. When only the concurrency limit refuses, the asker waits for
-a release: its own process's releases wake it directly, other replicas' through a NOTIFY on the
-`lading_limiter` channel (with a short poll as the fallback if LISTEN is unavailable).
+Tokens are counted the way the provider counts them (`limits.tokenAccounting`):
+
+    reserved   (default; hosted APIs) a request counts prompt + max_tokens when it arrives, for
+               the whole minute, whatever the answer used. The reservation is never reconciled
+               down; it grows when the provider reports a longer prompt than was estimated.
+    used       (vLLM-style servers) a request counts the tokens it really used: the reservation
+               is reconciled to the reported usage after the call.
+
+Either way a request that timed out after it was sent keeps its reservation (it may have been
+consumed). The reservation is estimated from the real request: the prompt's instructions,
+schema and delimiters (measured once per schema) plus the document, plus the request's own
+output budget (doubled on a retry after a truncated answer). Where the provider sends
+`x-ratelimit-remaining-*` / `x-ratelimit-reset-*` headers, they tighten the local view when they
+show less room than it does (`observe`).
+
+Inside one process only one task asks the database at a time (a FIFO lock per pool), and it asks
+for everyone queued behind it at once: one query grants as many of the waiting attempts as fit,
+in arrival order. So a worker with 100 concurrent attempts costs the database one query per
+batch of grants, not a hundred pollers. When only the concurrency limit refuses, the asker waits
+for a release: its own process's releases wake it directly, other replicas' through a NOTIFY on
+the `lading_limiter` channel (with a short poll as the fallback if LISTEN is unavailable). The
+per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a bounded
+number of rows whatever the pool's rate.
 
 Requests are also paced to at most requestsPerMinute/60 in any second (at least one): hosted
 APIs enforce per-minute limits over shorter periods as well, and a minute's budget sent in
@@ -32,27 +48,42 @@ The builtin provider runs in-process and is not rate-limited (it has no upstream
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
+import enum
 import logging
+import math
 import random
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import asyncpg
 
 from lading import metrics
 from lading.db import queries, registry
 from lading.ids import JobId, PoolName
+from lading.providers import base
 
 logger = logging.getLogger(__name__)
 
-PROMPT_OVERHEAD_TOKENS = 600
-"""Instructions, schema and delimiters around the document: measured at ~450 tokens, rounded up."""
 RELEASED_CHANNEL = "lading_limiter"
 """NOTIFY channel of permit releases; the payload is the pool name."""
 CHARS_PER_TOKEN = 3
-"""A conservative text-to-token ratio for Latin-script invoices (tokenisers give 3.5-4.5)."""
+"""A conservative text-to-token ratio for Latin-script invoices and JSON (tokenisers give 3.5-4.5
+for prose, fewer for JSON): a reservation errs on the large side."""
+PROMPT_OVERHEAD_TOKENS = 600
+"""For a provider that cannot estimate its own request: instructions, schema and delimiters."""
+MAX_BATCH = 64
+"""The most waiting attempts one query asks permits for."""
+
+
+class TokenAccounting(enum.StrEnum):
+    """How the provider counts a request against tokens-per-minute (`limits.tokenAccounting`)."""
+
+    RESERVED = "reserved"  #: prompt + max_tokens when it arrives, for the whole window (hosted APIs)
+    USED = "used"          #: the tokens it really used (servers that count actual usage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +91,7 @@ class Limits:
     requests_per_minute: int
     tokens_per_minute: int
     max_concurrency: int
+    token_accounting: TokenAccounting = TokenAccounting.RESERVED
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> Limits:
@@ -69,6 +101,7 @@ class Limits:
             requests_per_minute=int(limits.get("requestsPerMinute", 600)),
             tokens_per_minute=int(limits.get("tokensPerMinute", 200_000)),
             max_concurrency=int(limits.get("maxConcurrency", 32)),
+            token_accounting=TokenAccounting(limits.get("tokenAccounting", TokenAccounting.RESERVED.value)),
         )
 
 
@@ -91,6 +124,29 @@ class LimiterSettings:
     1.0 spreads a minute's budget evenly; 60 turns pacing off (the whole minute at once)."""
     prune_every_s: float = 30.0
     """How often a process deletes permits that no longer count and re-reads the pool's limits."""
+    max_batch: int = MAX_BATCH
+    """The most waiting attempts of one process granted by one query."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """What one request counts against tokens-per-minute before it is sent."""
+
+    prompt_tokens: int
+    """The estimated prompt: instructions, schema, delimiters and the document."""
+    output_tokens: int
+    """The request's output budget (`max_tokens`), as the provider will count it."""
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+
+@runtime_checkable
+class Estimating(Protocol):
+    """A provider that knows what its request for a document will count."""
+
+    def reservation(self, document: base.Document, *, schema: str, policy: str) -> Reservation: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +164,22 @@ class Refusal:
 
 
 def estimate_tokens(text: str, *, max_output_tokens: int) -> int:
-    """Tokens to reserve for one request: prompt (document + overhead) plus the full output budget."""
-    return PROMPT_OVERHEAD_TOKENS + len(text) // CHARS_PER_TOKEN + max_output_tokens
+    """Tokens to reserve for one request of a provider that cannot estimate its own: the document,
+    a fixed overhead, and the full output budget."""
+    return PROMPT_OVERHEAD_TOKENS + tokens_of(len(text)) + max_output_tokens
+
+
+def tokens_of(chars: int) -> int:
+    """A conservative token count for `chars` characters of prompt."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+@dataclasses.dataclass(eq=False)
+class _Waiter:
+    job_id: JobId
+    fence: int
+    tokens: int
+    granted: asyncio.Future[Permit]
 
 
 class PoolLimiter:
@@ -128,10 +198,12 @@ class PoolLimiter:
         self.limits = limits
         self.settings = settings or LimiterSettings()
         self._asking = asyncio.Lock()  # FIFO: waiters are served in arrival order
+        self._queue: collections.deque[_Waiter] = collections.deque()  # waiting attempts, in arrival order
         self._last_prune = time.monotonic()  # limits were just given; the first refresh is due later
         self._released = asyncio.Event()  # set by a release in this process or heard from another
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listening = False
+        self._settling: set[asyncio.Task[None]] = set()
 
     @property
     def per_second(self) -> int:
@@ -162,36 +234,81 @@ class PoolLimiter:
             self._released.set()
 
     async def acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit:
-        """Wait until the pool admits one more request of `tokens` tokens; return its permit."""
+        """Wait until the pool admits one more request of `tokens` tokens; return its permit.
+
+        The task holding the asking lock asks for everyone queued (up to `max_batch`, in arrival
+        order); a waiter granted by someone else's query finds its permit when its turn comes."""
         # A single document larger than a whole minute's budget could never be admitted; it is
         # let through alone (the window otherwise empty) instead of waiting forever.
         tokens = min(tokens, self.limits.tokens_per_minute)
         started = time.monotonic()
         await self._listen()
-        async with self._asking:
-            while True:
-                self._released.clear()
-                answer = await self.try_acquire(job_id=job_id, fence=fence, tokens=tokens)
-                if isinstance(answer, Permit):
-                    waited = time.monotonic() - started
-                    metrics.LIMITER_WAIT.labels(self.pool).observe(waited)
-                    return answer
-                metrics.LIMITER_REFUSALS.labels(self.pool, answer.reason).inc()
-                if answer.reason == "concurrency":
-                    # A release (here or in another replica) is what can change the answer.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._released.wait(), answer.retry_in_s)
-                else:
-                    await asyncio.sleep(answer.retry_in_s)
+        waiter = _Waiter(job_id, fence, tokens, asyncio.get_running_loop().create_future())
+        self._queue.append(waiter)
+        try:
+            async with self._asking:
+                while not waiter.granted.done():
+                    await self._serve_queue()
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        metrics.LIMITER_WAIT.labels(self.pool).observe(time.monotonic() - started)
+        return waiter.granted.result()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """A waiter gave up (cancelled, or the database failed): out of the queue, and a permit granted
+        to it in the meantime goes back."""
+        with contextlib.suppress(ValueError):
+            self._queue.remove(waiter)
+        if waiter.granted.done() and not waiter.granted.cancelled() and waiter.granted.exception() is None:
+            permit = waiter.granted.result()
+            self._settling.add(task := asyncio.create_task(self.release(permit, tokens_used=None)))
+            task.add_done_callback(self._settling.discard)
+        else:
+            waiter.granted.cancel()
+
+    async def _serve_queue(self) -> None:
+        """One ask for the head of the queue; grants resolve their waiters, a refusal waits."""
+        self._released.clear()
+        batch = [w for w in list(self._queue)[: self.settings.max_batch] if not w.granted.done()]
+        if not batch:
+            return
+        permits, refusal = await self.try_acquire_many([(w.job_id, w.fence, w.tokens) for w in batch])
+        for waiter, permit in zip(batch, permits, strict=False):
+            self._queue.remove(waiter)
+            waiter.granted.set_result(permit)
+        if refusal is None:
+            return
+        metrics.LIMITER_REFUSALS.labels(self.pool, refusal.reason).inc()
+        if permits:
+            return  # the next in line asks again at once: the refusal was computed for it, though
+        if refusal.reason == "concurrency":
+            # A release (here or in another replica) is what can change the answer.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._released.wait(), refusal.retry_in_s)
+        else:
+            await asyncio.sleep(refusal.retry_in_s)
 
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
-        """Ask once: a permit, or why not and when to ask again."""
+        """Ask once for one permit: the permit, or why not and when to ask again."""
+        permits, refusal = await self.try_acquire_many([(job_id, fence, tokens)])
+        if permits:
+            return permits[0]
+        assert refusal is not None
+        return refusal
+
+    async def try_acquire_many(
+            self, asked: Sequence[tuple[JobId, int, int]]
+    ) -> tuple[list[Permit], Refusal | None]:
+        """Ask once for permits of (job, fence, tokens), in order: those granted (a prefix), and why
+        the next one was not (None when all were granted)."""
         limits = self.limits
+        tokens = [min(t, limits.tokens_per_minute) for _, _, t in asked]
         async with self.db.acquire() as conn:
             try:
                 row = await conn.fetchrow(
                     queries.sql("limiter_try_acquire"),
-                    self.pool, job_id, fence, tokens,
+                    self.pool, [j for j, _, _ in asked], [f for _, f, _ in asked], tokens,
                     limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
                     self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
                 )  # fmt: skip
@@ -199,33 +316,78 @@ class PoolLimiter:
                 raise LookupError(str(exc)) from None
         assert row is not None
         if row["cooling"]:
-            return Refusal("cooldown", min(row["cooldown_left_s"], self.settings.max_wait_step_s))
+            return [], Refusal("cooldown", min(row["cooldown_left_s"], self.settings.max_wait_step_s))
         await self._maybe_prune()
-        if row["permit_id"] is not None:
-            return Permit(id=row["permit_id"], tokens_reserved=tokens)
+        permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(row["permit_ids"], tokens, strict=False)]
+        if len(permits) == len(asked):
+            return permits, None
+        next_tokens = tokens[len(permits)]
         window_frees_in = max(0.001, row["window_frees_in_s"] or 0.0)
         if row["requests"] + 1 > limits.requests_per_minute:
-            return Refusal("requests", min(window_frees_in, self.settings.max_wait_step_s))
-        if row["tokens"] + tokens > limits.tokens_per_minute:
-            return Refusal("tokens", min(window_frees_in, self.settings.max_wait_step_s))
+            return permits, Refusal("requests", min(window_frees_in, self.settings.max_wait_step_s))
+        if row["tokens"] + next_tokens > limits.tokens_per_minute:
+            return permits, Refusal("tokens", min(window_frees_in, self.settings.max_wait_step_s))
         if row["last_second"] + 1 > self.per_second:
-            return Refusal("pace", max(0.001, row["second_frees_in_s"] or 0.0))
+            return permits, Refusal("pace", max(0.001, row["second_frees_in_s"] or 0.0))
         poll = self.settings.concurrency_poll_s
-        return Refusal("concurrency", poll * (0.5 + random.random()))
+        return permits, Refusal("concurrency", poll * (0.5 + random.random()))
+
+    def counted_tokens(
+            self,
+            permit: Permit,
+            reservation: Reservation,
+            *,
+            tokens_in: int | None,
+            tokens_out: int | None,
+            sent_and_lost: bool,
+    ) -> int | None:
+        """The tokens a finished call counts in the window, as the provider counts them; None keeps
+        the reservation. `sent_and_lost`: the request went out and no answer came (it may have been
+        consumed, so the reservation stands)."""
+        if sent_and_lost or tokens_in is None:
+            return None
+        if self.limits.token_accounting is TokenAccounting.RESERVED:
+            # The provider counted the prompt it saw plus the whole output budget: never less than
+            # reserved, more when the prompt was longer than estimated.
+            counted = tokens_in + reservation.output_tokens
+            return counted if counted > permit.tokens_reserved else None
+        if tokens_out is None:
+            return None
+        return tokens_in + tokens_out
 
     async def release(self, permit: Permit, *, tokens_used: int | None) -> None:
-        """Free the in-flight permit; `tokens_used=None` keeps the whole reservation in the window."""
+        """Free the in-flight permit; `tokens_used` replaces the reservation in the window (None keeps it)."""
         async with self.db.acquire() as conn:
             await conn.execute(queries.sql("limiter_release"), permit.id, tokens_used)
         self._released.set()
 
-    async def cool_down(self, seconds: float) -> None:
-        """The provider said 429: no replica sends to this pool for `seconds`."""
+    async def cool_down(self, seconds: float) -> float:
+        """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.
+        Returns how long the pool now cools down (a longer cooldown already set is kept)."""
         async with self.db.acquire() as conn:
-            await conn.execute(queries.sql("limiter_cooldown"), self.pool, seconds)
+            left = await conn.fetchval(queries.sql("limiter_cooldown"), self.pool, seconds)
         metrics.LIMITER_COOLDOWNS.labels(self.pool).inc()
         metrics.LIMITER_COOLDOWN_SECONDS.labels(self.pool).inc(seconds)
-        logger.warning("Pool %s cooling down for %.1f s after a 429", self.pool, seconds)
+        logger.warning("Pool %s cooling down for %.1f s after the provider refused for congestion", self.pool, seconds)
+        return float(left) if left is not None else seconds
+
+    async def observe(self, view: base.RateLimitView) -> tuple[int, int]:
+        """Tighten the local view to what the provider's rate-limit headers say is left, where that is
+        less. Returns the (requests, tokens) added to the window."""
+        if view.remaining_requests is None and view.remaining_tokens is None:
+            return 0, 0
+        limits = self.limits
+        async with self.db.acquire() as conn:
+            row = await conn.fetchrow(
+                queries.sql("limiter_observe"),
+                self.pool, view.remaining_requests, view.requests_reset_s, view.remaining_tokens, view.tokens_reset_s,
+                limits.requests_per_minute, limits.tokens_per_minute, self.settings.window_s,
+            )  # fmt: skip
+        assert row is not None
+        added = int(row["requests_added"]), int(row["tokens_added"])
+        if added != (0, 0):
+            logger.debug("Pool %s: the provider has less room than counted here; added %s", self.pool, added)
+        return added
 
     async def _maybe_prune(self) -> None:
         now = time.monotonic()
@@ -234,6 +396,7 @@ class PoolLimiter:
         self._last_prune = now
         async with self.db.acquire() as conn:
             await conn.execute(queries.sql("limiter_prune"), self.pool)
+            await conn.execute(queries.sql("limiter_prune_seconds"), self.pool)
             await self.refresh_limits(conn)
 
     async def refresh_limits(self, conn: asyncpg.Connection) -> None:
@@ -247,8 +410,8 @@ class PoolLimiter:
                 self.limits = limits
 
 
-async def usage(conn: asyncpg.Connection, *, pool: PoolName) -> tuple[int, int, int]:
-    """(requests, tokens, in flight) of the pool over the last minute."""
-    row = await conn.fetchrow(queries.sql("limiter_usage"), pool)
+async def usage(conn: asyncpg.Connection, *, pool: PoolName, window_s: float = 60.0) -> tuple[int, int, int]:
+    """(requests, tokens, in flight) of the pool over the last `window_s` seconds, as the limiter counts them."""
+    row = await conn.fetchrow(queries.sql("limiter_usage"), pool, window_s)
     assert row is not None
     return int(row["requests"]), int(row["tokens"]), int(row["in_flight"])

@@ -532,7 +532,7 @@ class PoolLimits(_Spec):
         default=TOKENS_PER_MINUTE_DEFAULT,
         ge=1,
         le=1_000_000_000,
-        description="Most tokens (reserved prompt + completion) per minute across all workers of the pool.",
+        description="Most tokens per minute across all workers of the pool, counted as tokenAccounting says.",
     )
     max_concurrency: int = pydantic.Field(
         default=MAX_CONCURRENCY_DEFAULT,
@@ -540,6 +540,15 @@ class PoolLimits(_Spec):
         le=10_000,
         description="Most model requests in flight at once across all workers of the pool.",
     )
+    token_accounting: Literal["reserved", "used"] = pydantic.Field(
+        default="reserved",
+        description="How the provider counts a request against tokensPerMinute. reserved (hosted APIs such as "
+        "OpenAI): prompt + max_tokens when the request arrives, for the whole minute, whatever the answer "
+        "used; the limiter never gives a reservation back. used (servers that count actual usage): the "
+        "limiter counts the usage each answer reports.",
+    )
+    """`reserved` is the default because it is the hosted-API rule and the safe one: counting a
+    `used` provider as `reserved` only sends less; the other way round draws 429s."""
 
 
 class WorkerSettings(_Spec):

@@ -28,7 +28,8 @@ and the outcome's class and `retry_after_s` tell the retry policy what to do.
     402, or quota / billing in the error            TRANSIENT (300 s)  QUOTA_EXHAUSTED
     408                                             TRANSIENT          REQUEST_TIMEOUT
     429                                             TRANSIENT          RATE_LIMITED
-    5xx                                             TRANSIENT          SERVER_ERROR
+    503 with Retry-After (vLLM overloaded)          TRANSIENT          SERVER_OVERLOADED
+    other 5xx                                       TRANSIENT          SERVER_ERROR
     no connection (refused, DNS, TLS)               TRANSIENT          CONNECT_FAILED
     no connection within connect_timeout_s          TRANSIENT          CONNECT_TIMEOUT
     sent; no byte for first_byte_timeout_s, or
@@ -39,10 +40,16 @@ and the outcome's class and `retry_after_s` tell the retry policy what to do.
 Retry-After (delay-seconds or an HTTP-date, read against the response's own `Date` so a
 skewed clock here does not matter) is passed on for 429, 5xx, auth and quota errors. Auth and
 quota errors are TRANSIENT with a long default delay rather than TERMINAL: a rotated key or a
-topped-up account fixes them without touching the jobs. Pausing the whole pool on them, so that
-not every job spends its attempts finding out, is the limiter's job (to come), not this module's.
-Every timeout after the request may have reached the server is TIMEOUT_AMBIGUOUS: the server
-may have run (and billed) it.
+topped-up account fixes them without touching the jobs (the executor pauses the pool on them).
+A 429 and a 503 with Retry-After are the pool's congestion, not the job's failure: the executor
+cools the pool down and gives the attempt back. Every timeout after the request may have
+reached the server is TIMEOUT_AMBIGUOUS: the server may have run (and billed) it.
+
+OpenAI's `x-ratelimit-remaining-*` / `x-ratelimit-reset-*` headers, on any answer that has them,
+come back as `Outcome.rate_limit` for the shared limiter. `reservation()` says what a request
+will count against tokens-per-minute before it is sent: the prompt measured on the real request
+(instructions, schema and delimiters once per schema, plus the document) and its `max_tokens`,
+doubled on the retry after a truncated answer.
 
 Error texts are short and built here from the status and the server's error *identifiers*
 (`type`, `code`), never from free-text messages or bodies, which may echo the document. The API
@@ -64,6 +71,7 @@ import dataclasses
 import datetime as dt
 import email.utils
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -72,6 +80,7 @@ from typing import Any, Final
 import aiohttp
 import pydantic
 
+from lading import limiting
 from lading.db import storable
 from lading.jobs import retry, transitions
 from lading.models import invoice
@@ -101,6 +110,7 @@ request is never written into a connection the server is closing (that would be 
 
 # Error classes (Outcome.error_class). UPPER_SNAKE, stable: metrics and job rows carry them.
 RATE_LIMITED: Final = base.RATE_LIMITED
+SERVER_OVERLOADED: Final = base.SERVER_OVERLOADED
 SERVER_ERROR: Final = "SERVER_ERROR"
 REQUEST_TIMEOUT: Final = "REQUEST_TIMEOUT"
 AUTH_FAILED: Final = "AUTH_FAILED"
@@ -121,6 +131,7 @@ SCHEMA_VIOLATION: Final = "SCHEMA_VIOLATION"
 OUTPUT_TRUNCATED: Final = "OUTPUT_TRUNCATED"
 CONTENT_FILTERED: Final = "CONTENT_FILTERED"
 MODEL_REFUSAL: Final = "MODEL_REFUSAL"
+UNSTORABLE_OUTPUT: Final = base.UNSTORABLE_OUTPUT
 
 _CONTEXT_WORDS = (
     "context length", "context_length", "maximum context", "context window", "too many tokens",
@@ -132,7 +143,6 @@ _QUOTA_WORDS = ("quota", "billing", "credit balance", "insufficient credit")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FIELD_NAME = re.compile(r"[a-z_]{1,40}")
 
-UNSTORABLE_OUTPUT: Final = base.UNSTORABLE_OUTPUT
 
 class OpenAICompatibleProvider:
     """`provider: openai-compatible` (and vLLM's OpenAI server): see the module docstring."""
@@ -200,13 +210,26 @@ class OpenAICompatibleProvider:
             "model": self.model,
             "messages": prompting.messages(text=document.text, schema=schema),
             "temperature": 0,
-            # One retry after a truncated answer gets twice the budget; the executor allows
-            # only that one (temperature 0 would truncate again at the same length).
-            "max_tokens": self.max_output_tokens * (2 if document.previous_error_class == OUTPUT_TRUNCATED else 1),
+            "max_tokens": self._max_tokens(document),
             "response_format": prompting.response_format(schema=schema),
             "stream": False,
         })
         return self._redacted(await self._post(body))
+
+    def reservation(self, document: base.Document, *, schema: str, policy: str) -> limiting.Reservation:
+        """What the request for `document` will count against tokens-per-minute: its prompt,
+        estimated from the real request, and its output budget. `policy` does not change the prompt."""
+        if not prompting.supports(schema):
+            return limiting.Reservation(prompt_tokens=limiting.tokens_of(len(document.text)), output_tokens=0)
+        return limiting.Reservation(
+            prompt_tokens=limiting.tokens_of(prompting.prompt_chars(text=document.text, schema=schema)),
+            output_tokens=self._max_tokens(document),
+        )
+
+    def _max_tokens(self, document: base.Document) -> int:
+        # One retry after a truncated answer gets twice the budget; the executor allows
+        # only that one (temperature 0 would truncate again at the same length).
+        return self.max_output_tokens * (2 if document.previous_error_class == OUTPUT_TRUNCATED else 1)
 
     async def _post(self, body: bytes) -> base.Outcome:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -226,7 +249,10 @@ class OpenAICompatibleProvider:
                     # The status line and headers are in: vLLM sends them once the model has
                     # produced the whole (non-streamed) answer, a hosted API often earlier.
                     first_byte_s = time.monotonic() - started
-                    return dataclasses.replace(await self._answer(response), first_byte_s=first_byte_s)
+                    outcome = await self._answer(response)
+                    return dataclasses.replace(
+                        outcome, first_byte_s=first_byte_s, rate_limit=_rate_limit(response.headers)
+                    )
         # Order matters: ConnectionTimeoutError is a TimeoutError, ClientConnectorError a ClientOSError.
         except aiohttp.ConnectionTimeoutError:
             return _failed(
@@ -373,6 +399,15 @@ def _completion(body: bytes) -> base.Outcome:
             raw_output=raw,
             tokens=(tokens_in, tokens_out),
         )
+    unstorable = transitions.refusal(data, where="answer")
+    if unstorable is not None:
+        return _failed(
+            base.OutcomeClass.INVALID_OUTPUT,
+            error_class=UNSTORABLE_OUTPUT,
+            error=f"the answer cannot be stored: {unstorable}",
+            raw_output=raw,
+            tokens=(tokens_in, tokens_out),
+        )
     if not isinstance(data, dict):
         return _failed(
             base.OutcomeClass.INVALID_OUTPUT,
@@ -400,15 +435,6 @@ def _loads(text: str) -> Any:
 
 
 def _reject_constant(name: str) -> Any:
-    unstorable = transitions.refusal(data, where="answer")
-    if unstorable is not None:
-        return _failed(
-            base.OutcomeClass.INVALID_OUTPUT,
-            error_class=UNSTORABLE_OUTPUT,
-            error=f"the answer cannot be stored: {unstorable}",
-            raw_output=raw,
-            tokens=(tokens_in, tokens_out),
-        )
     raise ValueError(f"{name} is not JSON")
 
 
@@ -497,6 +523,13 @@ def _error_outcome(status: int, headers: Mapping[str, str], body: bytes, *, mode
         return _failed(
             base.OutcomeClass.TERMINAL, error_class=BAD_REQUEST, error=f"{detail}: the endpoint rejected the request"
         )
+    if status == 503 and retry_after_s is not None:
+        return _failed(
+            base.OutcomeClass.TRANSIENT,
+            error_class=SERVER_OVERLOADED,
+            error=f"{detail}: the server is overloaded",
+            retry_after_s=retry_after_s,
+        )
     if 500 <= status < 600:
         return _failed(
             base.OutcomeClass.TRANSIENT,
@@ -548,6 +581,44 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     if value is None:
         return None
     return retry.parse_retry_after(value, now=_server_now(headers.get("Date")))
+
+
+_RESET = re.compile(r"(?:([0-9]+(?:\.[0-9]+)?)(ms|h|m|s))", re.ASCII)
+
+
+def _rate_limit(headers: Mapping[str, str]) -> base.RateLimitView | None:
+    """OpenAI's x-ratelimit-remaining-{requests,tokens} and x-ratelimit-reset-{requests,tokens}
+    (a Go duration: `1s`, `6m0s`, `20ms`; or plain seconds); None when none is sent. A value that
+    cannot be read is left out, never guessed."""
+    view = base.RateLimitView(
+        remaining_requests=_header_count(headers.get("x-ratelimit-remaining-requests")),
+        requests_reset_s=_duration_s(headers.get("x-ratelimit-reset-requests")),
+        remaining_tokens=_header_count(headers.get("x-ratelimit-remaining-tokens")),
+        tokens_reset_s=_duration_s(headers.get("x-ratelimit-reset-tokens")),
+    )
+    return None if view.remaining_requests is None and view.remaining_tokens is None else view
+
+
+def _header_count(value: str | None) -> int | None:
+    if value is None or not value.strip().isascii() or not value.strip().isdigit() or len(value.strip()) > 18:
+        return None
+    return int(value.strip())
+
+
+def _duration_s(value: str | None) -> float | None:
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    if not text or len(text) > 40 or "".join(m[0] for m in _RESET.finditer(text)) != text:
+        return None
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(number) * scale[unit] for number, unit in _RESET.findall(text))
 
 
 def _server_now(date: str | None) -> dt.datetime:

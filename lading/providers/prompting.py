@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import secrets
 from typing import Any
 
@@ -94,6 +95,25 @@ def messages(*, text: str, schema: str, nonce: str | None = None) -> list[dict[s
         {"role": "system", "content": _INVOICE_RULES.format(nonce=nonce)},
         {"role": "user", "content": user},
     ]
+
+
+def prompt_chars(*, text: str, schema: str) -> int:
+    """
+    The characters a request for `text` sends as prompt: the messages (instructions, markers with
+    their nonce, the document) and the `response_format` schema, which providers count as prompt
+    too. Everything but the document is the same for every request of a schema, so it is
+    measured once per schema (`_overhead_chars`); the validation policy does not change the
+    prompt.
+    """
+    return _overhead_chars(schema) + len(text)
+
+
+@functools.cache
+def _overhead_chars(schema: str) -> int:
+    """The prompt of an empty document: measured on the real messages and response format."""
+    request = {"messages": messages(text="", schema=schema, nonce="0" * 2 * NONCE_BYTES),
+               "response_format": response_format(schema=schema)}
+    return len(json.dumps(request, ensure_ascii=False))
 
 
 def response_format(*, schema: str) -> dict[str, Any]:

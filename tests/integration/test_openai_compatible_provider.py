@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from lading import limiting
 from lading.db import registry
 from lading.ids import JobId, PoolName
 from lading.models import invoice
@@ -130,6 +131,31 @@ async def test_a_request_carries_the_model_temperature_zero_max_tokens_and_the_i
         "json_schema": {"name": "invoice_v1", "schema": invoice.json_schema(), "strict": True},
     }
     assert [message["role"] for message in request.messages] == ["system", "user"]
+
+
+@pytest.mark.parametrize("previous", [None, "OUTPUT_TRUNCATED"])
+async def test_the_reservation_is_estimated_from_the_real_request(
+        stub: model_stub.ModelStub,
+        make_provider: MakeProvider,
+        previous: str | None,
+) -> None:
+    provider = make_provider(max_output_tokens=2048)
+    short = dataclasses.replace(_document("Invoice 1"), previous_error_class=previous)
+    long = dataclasses.replace(_document("x" * 30_000), previous_error_class=previous)
+
+    reserved = provider.reservation(short, schema=invoice.SCHEMA_NAME, policy="invoice-strict-v1")
+    longer = provider.reservation(long, schema=invoice.SCHEMA_NAME, policy="invoice-strict-v1")
+    await provider.extract(short, schema=invoice.SCHEMA_NAME, policy="invoice-strict-v1")
+
+    [request] = stub.requests
+    sent_prompt = json.dumps({"messages": request.messages, "response_format": request.body["response_format"]})
+    # The prompt as sent (instructions, schema, markers, document), never under-counted ...
+    assert reserved.prompt_tokens >= len(sent_prompt) // limiting.CHARS_PER_TOKEN
+    assert reserved.prompt_tokens <= len(sent_prompt) // limiting.CHARS_PER_TOKEN + 50
+    # ... the document counted on top of the same overhead ...
+    assert longer.prompt_tokens - reserved.prompt_tokens == pytest.approx((30_000 - 9) / limiting.CHARS_PER_TOKEN, abs=2)
+    # ... and the output budget the request really asks for: doubled after a truncated answer.
+    assert reserved.output_tokens == request.body["max_tokens"] == (4096 if previous else 2048)
 
 
 async def test_the_document_is_sent_between_nonce_markers_that_the_instruction_calls_data(
@@ -460,7 +486,7 @@ async def test_429_without_a_usable_retry_after_leaves_the_delay_to_backoff(
     assert (outcome.error_class, outcome.retry_after_s) == ("RATE_LIMITED", None)
 
 
-async def test_503_is_a_transient_server_error_with_retry_after_and_is_not_retried(
+async def test_503_with_retry_after_is_overload_congestion_and_is_not_retried(
         stub: model_stub.ModelStub,
         extract: Extract,
 ) -> None:
@@ -469,9 +495,51 @@ async def test_503_is_a_transient_server_error_with_retry_after_and_is_not_retri
     outcome = await extract()
 
     assert (outcome.outcome, outcome.error_class, outcome.retry_after_s) == (
-        base.OutcomeClass.TRANSIENT, "SERVER_ERROR", 5.0
+        base.OutcomeClass.TRANSIENT, "SERVER_OVERLOADED", 5.0
     )
+    assert outcome.error_class in base.CONGESTED  # the executor gives the attempt back
     assert len(stub.requests) == 1
+
+
+async def test_503_without_retry_after_is_a_plain_server_error(
+        stub: model_stub.ModelStub,
+        extract: Extract,
+) -> None:
+    stub.reply = model_stub.status(503, text="Service Unavailable")
+
+    outcome = await extract()
+
+    assert (outcome.error_class, outcome.retry_after_s) == ("SERVER_ERROR", None)
+
+
+async def test_ratelimit_headers_are_read_into_the_outcome(
+        stub: model_stub.ModelStub,
+        extract: Extract,
+) -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "1200", "x-ratelimit-reset-tokens": "6m0.5s",
+    }
+    stub.reply = model_stub.status(429, text="slow down", headers=headers)
+
+    outcome = await extract()
+
+    assert outcome.rate_limit == base.RateLimitView(
+        remaining_requests=59, requests_reset_s=1.0, remaining_tokens=1200, tokens_reset_s=360.5
+    )
+
+
+async def test_unreadable_ratelimit_headers_are_left_out_not_guessed(
+        stub: model_stub.ModelStub,
+        extract: Extract,
+) -> None:
+    headers = {"x-ratelimit-remaining-tokens": "-5", "x-ratelimit-remaining-requests": "12",
+               "x-ratelimit-reset-requests": "soon"}
+    stub.reply = model_stub.status(429, text="slow down", headers=headers)
+
+    outcome = await extract()
+
+    assert outcome.rate_limit == base.RateLimitView(remaining_requests=12)
 
 
 @pytest.mark.parametrize("code", [500, 502, 504])

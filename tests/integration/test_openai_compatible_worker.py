@@ -154,3 +154,59 @@ async def test_a_refused_key_pauses_the_pool_without_spending_the_jobs_attempts(
         async with waiting.running(running.Worker(dbpool, settings=settings, api_key="fixed").run):
             await waiting.until(all_succeeded, timeout_s=30)
     assert await db.fetchval("SELECT max(attempt) FROM extraction_jobs") == 1
+
+
+async def test_rate_limited_and_overloaded_attempts_are_given_back_not_counted(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    # A malformed first answer, then four refusals for congestion: with maxAttempts 2 the job
+    # used to end FAILED_TERMINAL: ATTEMPTS_EXHAUSTED at its first 429.
+    sample = next(s for s in generator.generate(20, seed=5) if s.expected_state == "SUCCEEDED")
+    replies = iter([
+        model_stub.completion("this is not json"),
+        model_stub.rate_limited(retry_after="1"),
+        model_stub.status(503, text="overloaded", headers={"Retry-After": "1"}),
+        model_stub.rate_limited(retry_after="1"),
+        model_stub.rate_limited(retry_after="1"),
+    ])
+
+    async def reply(stub: model_stub.ModelStub, request: web.Request) -> web.StreamResponse:
+        return await next(replies, model_stub.extracting())(stub, request)
+
+    async with model_stub.running(reply) as stub:
+        await factories.seed(db)
+        await registry.upsert_pool(
+            db, name=PoolName(factories.POOL), provider="openai-compatible", model="qwen",
+            spec={"endpoint": {"url": stub.url}},
+        )  # fmt: skip
+        request = factories.batch_request(count=0, max_attempts=2)
+        documents = [accepting.DocumentInput(key=sample.key, text=sample.text)]
+        await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
+        settings = WorkerSettings(
+            pool=factories.POOL,
+            claimer=ClaimerSettings(concurrency=2, poll_interval_s=0.05),
+            reaper=ReaperSettings(interval_s=0.5),
+            attempt=AttemptSettings(timeout_s=10, backoff_base_s=0.01, backoff_cap_s=0.02),
+        )
+
+        async def settled() -> bool:
+            return await db.fetchval("SELECT state FROM extraction_jobs") in ("SUCCEEDED", "FAILED_TERMINAL")
+
+        async with waiting.running(running.Worker(dbpool, settings=settings).run):
+            await waiting.until(settled, timeout_s=60)
+        arrivals = [r.received_at for r in stub.requests]
+
+    job = await db.fetchrow("SELECT state, attempt, last_error_class FROM extraction_jobs")
+    assert job is not None and (job["state"], job["attempt"]) == ("SUCCEEDED", 2)
+    attempts = await db.fetch("SELECT outcome, error_class FROM job_attempts ORDER BY fence")
+    assert [(a["outcome"], a["error_class"]) for a in attempts] == [
+        ("invalid-output", "MALFORMED_OUTPUT"),
+        ("transient", "RATE_LIMITED"),
+        ("transient", "SERVER_OVERLOADED"),
+        ("transient", "RATE_LIMITED"),
+        ("transient", "RATE_LIMITED"),
+        ("ok", None),
+    ]  # every attempt recorded; only two counted
+    # Each refusal cooled the pool for its Retry-After: nothing was sent again before it ended.
+    gaps = [later - earlier for earlier, later in zip(arrivals[1:], arrivals[2:], strict=False)]
+    assert len(gaps) == 4 and min(gaps) >= 0.95

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import re
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -50,6 +51,8 @@ class RecordedRequest:
     raw: bytes
     body: Any
     """The JSON body, parsed; None if it was not JSON."""
+    received_at: float = 0.0
+    """time.monotonic() when the request was read."""
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -108,6 +111,7 @@ class ModelStub:
             headers=multidict.CIMultiDict(request.headers),
             raw=raw,
             body=body,
+            received_at=time.monotonic(),
         ))
         if request.path != CHAT_PATH or request.method != "POST":
             return web.json_response({"error": {"message": "not found", "type": "NotFoundError"}}, status=404)

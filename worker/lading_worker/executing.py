@@ -224,7 +224,8 @@ class Executor:
             if outcome.rate_limit is not None:
                 await limiter.observe(outcome.rate_limit)
             if outcome.error_class in base.CONGESTED:
-                left_s = await limiter.cool_down(outcome.retry_after_s or RATE_LIMIT_COOLDOWN_DEFAULT_S)
+                asked_s = RATE_LIMIT_COOLDOWN_DEFAULT_S if outcome.retry_after_s is None else outcome.retry_after_s
+                left_s = await limiter.cool_down(asked_s)
                 return dataclasses.replace(outcome, retry_after_s=max(left_s, outcome.retry_after_s or 0.0))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             pass  # the permit expires by itself; the outcome must still be committed

@@ -1,35 +1,55 @@
 -- Queries of the distributed admission limiter (lading/limiting.py).
 
 -- name: limiter_try_acquire
--- One request + $4 reserved tokens + one in-flight permit of pool $1, all three or none, under
--- limits $5 requests/min, $6 tokens/min, $7 concurrent; for job $2 at fence $3, expiring after
--- $8 seconds; the per-minute limits counted over the last $9 seconds. Requests are also paced:
--- at most $10 in any second, so a minute's budget is spread over the minute instead of sent in
--- one burst (hosted APIs enforce per-minute limits over shorter periods too). The function
--- (migration 0011) locks the pool row first; see it for why that must be its own statement.
-SELECT o_permit_id AS permit_id, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
+-- Up to N permits of pool $1 at once, in the order asked, each one request + $4[i] reserved
+-- tokens + one in-flight permit for job $2[i] at fence $3[i], under limits $5 requests/min,
+-- $6 tokens/min, $7 concurrent; expiring after $8 seconds; the per-minute limits counted over
+-- the last $9 seconds. Requests are also paced: at most $10 in any second, so a minute's budget
+-- is spread over the minute instead of sent in one burst (hosted APIs enforce per-minute limits
+-- over shorter periods too). The function (migration 0014) locks the pool row first, grants a
+-- prefix of what was asked and counts from the per-second rollup; see it for why.
+SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
        o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
        o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
-  FROM lading_limiter_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+  FROM lading_limiter_acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: limiter_release
--- After the call: free the concurrency permit and reconcile the reservation with the tokens the
--- provider reported ($2; NULL keeps the reservation, e.g. a request that timed out after it was
--- sent may have been consumed).
+-- After the call: free the concurrency permit and settle the tokens it counts ($2: the usage to
+-- count instead of the reservation; NULL keeps the reservation, e.g. a request that timed out
+-- after it was sent may have been consumed, or a provider that counts reservations). The
+-- rollup second of the permit follows the difference.
 -- Waiting acquirers in every process are woken at once (NOTIFY on commit), not at their next poll.
-UPDATE limiter_permits
-   SET released_at = clock_timestamp(), tokens_used = $2
- WHERE id = $1 AND released_at IS NULL
-RETURNING id, pg_notify('lading_limiter', pool);
+WITH released AS (
+    UPDATE limiter_permits
+       SET released_at = clock_timestamp(), tokens_used = $2
+     WHERE id = $1 AND released_at IS NULL
+    RETURNING id, pool, acquired_at, tokens_reserved, tokens_used
+), rolled AS (
+    UPDATE limiter_seconds s
+       SET tokens = s.tokens + (r.tokens_used - r.tokens_reserved)
+      FROM released r
+     WHERE r.tokens_used IS NOT NULL AND r.tokens_used <> r.tokens_reserved
+       AND s.pool = r.pool AND s.second = date_trunc('second', r.acquired_at)
+)
+SELECT id, pg_notify('lading_limiter', pool) FROM released;
+
+-- name: limiter_observe
+-- The provider's x-ratelimit-* headers for pool $1: $2 requests left, whole again in $3 s; $4
+-- tokens left, whole again in $5 s (NULL: not said). Where they show less room than the local
+-- view (limits $6 requests/min, $7 tokens/min over $8 s), the local view is tightened to them
+-- (migration 0014). Returns what was added.
+SELECT o_requests_added AS requests_added, o_tokens_added AS tokens_added
+  FROM lading_limiter_observe($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- name: limiter_cooldown
--- Cool pool $1 down for $2 seconds (never shortening a longer cooldown).
+-- Cool pool $1 down for $2 seconds (never shortening a longer cooldown); returns how long the
+-- pool now cools down, in seconds.
 UPDATE pools
    SET cooldown_until = greatest(coalesce(cooldown_until, clock_timestamp()),
                                  clock_timestamp() + make_interval(secs => $2)),
        updated_at = clock_timestamp()
  WHERE name = $1
-RETURNING cooldown_until;
+RETURNING extract(epoch FROM cooldown_until - clock_timestamp())::float8 AS cooldown_left_s;
 
 -- name: limiter_prune
 -- Forget permits of pool $1 that no longer count for anything: out of the window and released
@@ -39,11 +59,15 @@ DELETE FROM limiter_permits
    AND acquired_at < clock_timestamp() - interval '120 seconds'
    AND (released_at IS NOT NULL OR expires_at < clock_timestamp());
 
+-- name: limiter_prune_seconds
+-- Forget rollup seconds of pool $1 that left every window.
+DELETE FROM limiter_seconds
+ WHERE pool = $1 AND second < clock_timestamp() - interval '120 seconds';
+
 -- name: limiter_usage
--- What pool $1 used in the last minute, for status and tests.
-SELECT count(*) FILTER (WHERE acquired_at > clock_timestamp() - interval '60 seconds') AS requests,
-       coalesce(sum(coalesce(tokens_used, tokens_reserved))
-                FILTER (WHERE acquired_at > clock_timestamp() - interval '60 seconds'), 0)::bigint AS tokens,
-       count(*) FILTER (WHERE released_at IS NULL AND expires_at > clock_timestamp()) AS in_flight
-  FROM limiter_permits
- WHERE pool = $1;
+-- What pool $1 used in the last $2 seconds (requests and tokens as the limiter counts them, the
+-- provider's view included), and its permits in flight: for status and tests.
+SELECT w.o_requests AS requests, w.o_tokens AS tokens,
+       (SELECT count(*) FROM limiter_permits l
+         WHERE l.pool = $1 AND l.released_at IS NULL AND l.expires_at > clock_timestamp()) AS in_flight
+  FROM lading_limiter_window($1, clock_timestamp() - make_interval(secs => $2)) w;

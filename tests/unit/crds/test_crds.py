@@ -181,7 +181,9 @@ def test_bounds_of_the_models_reach_the_schema(generated: dict[str, dict[str, An
     pool = crd_schema.openapi_schema(generated["InferencePool"])["properties"]["spec"]["properties"]
     assert pool["endpoint"]["properties"]["url"]["pattern"] == specs.HTTP_URL_PATTERN
     # A default made by default_factory is in the schema, so the API server stores it.
-    assert pool["limits"]["default"] == {"requestsPerMinute": 600, "tokensPerMinute": 200000, "maxConcurrency": 32}
+    assert pool["limits"]["default"] == {
+        "requestsPerMinute": 600, "tokensPerMinute": 200000, "maxConcurrency": 32, "tokenAccounting": "reserved"
+    }
     quota = crd_schema.openapi_schema(generated["TenantQuota"])["properties"]["spec"]["properties"]
     assert quota["allowedPriorities"]["default"] == ["high", "normal", "low"]
     assert quota["namespaces"]["x-kubernetes-list-type"] == "set"

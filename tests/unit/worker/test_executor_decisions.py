@@ -170,3 +170,38 @@ def test_invalid_output_on_the_last_attempt_goes_to_review_not_failure() -> None
     )
     assert (finish.to, finish.error_class) == (JobState.REVIEW_REQUIRED, "ATTEMPTS_EXHAUSTED")
     assert finish.result == {"raw_output": '{"x": 1}'}
+
+
+@pytest.mark.parametrize("error_class", sorted(base.CONGESTED))
+def test_congestion_on_the_last_attempt_gives_the_attempt_back_and_waits_for_the_cooldown(error_class: str) -> None:
+    outcome = base.Outcome.failed(
+        base.OutcomeClass.TRANSIENT, error_class=error_class, error="HTTP 429: rate limited", retry_after_s=7
+    )
+    finish = _executor().decide(_job(attempt=5, max_attempts=5), outcome, now=NOW, latency_ms=5)
+    assert (finish.to, finish.error_class, finish.outcome) == (JobState.RETRY_SCHEDULED, error_class, "transient")
+    assert finish.give_back_attempt  # recorded, not counted against maxAttempts
+    assert finish.retry_in_s is not None and finish.retry_in_s >= 7
+
+
+def test_congestion_without_retry_after_waits_the_default_cooldown() -> None:
+    outcome = base.Outcome.failed(base.OutcomeClass.TRANSIENT, error_class=base.RATE_LIMITED, error="HTTP 429")
+    finish = _executor().decide(_job(attempt=3, max_attempts=3), outcome, now=NOW, latency_ms=5)
+    assert finish.to is JobState.RETRY_SCHEDULED and finish.give_back_attempt
+    assert finish.retry_in_s is not None and finish.retry_in_s >= executing.RATE_LIMIT_COOLDOWN_DEFAULT_S
+
+
+def test_congestion_is_bounded_only_by_the_deadline() -> None:
+    outcome = base.Outcome.failed(
+        base.OutcomeClass.TRANSIENT, error_class=base.RATE_LIMITED, error="HTTP 429", retry_after_s=120
+    )
+    finish = _executor().decide(_job(attempt=1, deadline_in_s=100), outcome, now=NOW, latency_ms=5)
+    assert (finish.to, finish.error_class) == (JobState.FAILED_TERMINAL, "DEADLINE_EXHAUSTED")
+    assert finish.error is not None and finish.error.startswith("RATE_LIMITED")
+
+
+def test_a_plain_server_error_still_counts_against_the_attempts() -> None:
+    outcome = base.Outcome.failed(
+        base.OutcomeClass.TRANSIENT, error_class="SERVER_ERROR", error="HTTP 500", retry_after_s=1
+    )
+    finish = _executor().decide(_job(attempt=5, max_attempts=5), outcome, now=NOW, latency_ms=5)
+    assert (finish.to, finish.error_class) == (JobState.FAILED_TERMINAL, "ATTEMPTS_EXHAUSTED")
