@@ -15,8 +15,13 @@ A POST is checked cheapest first, and nothing is read past the first failure:
     body grows past the limit    413 too-large         (chunked bodies, while reading)
     signature / timestamp        401 <signing reason>  (constant time; tolerance both ways)
     JSON / envelope / schema     400 bad-json | bad-schema | unsupported-event | unsupported-schema
+                                 (bad-json also covers lone surrogates, NaN and nesting past 1024)
+    not storable                 400 unstorable        (U+0000 in a string or key, an integer past
+                                 64 bits: named by field; also a data error PostgreSQL raises
+                                 while recording, rolled back: the same body fails every time)
     same id, different body      409 delivery-conflict (alarm metric; the first body stands)
-    database unavailable         503 database-unavailable + Retry-After (the sender retries)
+    database unavailable         503 database-unavailable + Retry-After (the sender retries);
+                                 a 5xx means only this, or a bug (500 internal-error)
     committed                    200 {"status": "accepted" | "duplicate", "reference": "..."}
 
 Bodies and secrets are never logged: a log line names the delivery id, the reason and digests.
@@ -36,7 +41,7 @@ import prometheus_client
 import pydantic
 
 from lading import failpoints
-from lading.db import migrating
+from lading.db import migrating, storable
 from lading.webhooks import payload, signing
 from lading_webhook_receiver import adapters, inbox, metrics, settings
 
@@ -105,6 +110,8 @@ class Receiver:
             return self._refuse(400, "bad-json", "body is not valid JSON")
         if not isinstance(envelope, dict):
             return self._refuse(400, "bad-schema", "body must be a JSON object")
+        if (unstorable := storable.unstorable_reason(envelope, where="body")) is not None:
+            return self._refuse(400, "unstorable", unstorable)
         if envelope.get("type") != payload.COMPLETED_V1:
             return self._refuse(400, "unsupported-event", f"type must be {payload.COMPLETED_V1!r}")
         try:
@@ -137,7 +144,16 @@ class Receiver:
                 503, "database-unavailable", "the receiver's database is unavailable; retry later",
                 **{"Retry-After": str(self.config.retry_after_s)},
             )  # fmt: skip
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, asyncpg.PostgresError) and storable.is_data_error(exc):
+                # Rolled back, nothing recorded. Names the kind of error, never its text (asyncpg's
+                # repeats the value, which is document data).
+                logger.warning("Delivery %r refused by the database: %s (SQLSTATE %s)", delivery_id,
+                               type(exc).__name__, exc.sqlstate)  # fmt: skip
+                return self._refuse(
+                    400, "unstorable", f"the database cannot store a value of this delivery ({type(exc).__name__}, "
+                    f"SQLSTATE {exc.sqlstate}); it was not recorded and would fail the same way again",
+                )  # fmt: skip
             logger.exception("Delivery %r not recorded: unexpected error (rolled back)", delivery_id)
             return self._refuse(500, "internal-error", "the delivery was not recorded; retry later")
         self.metrics.deliveries.labels(answer.outcome).inc()

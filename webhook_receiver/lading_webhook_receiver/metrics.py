@@ -35,6 +35,7 @@ REASONS = (
     "bad-schema",
     "unsupported-event",
     "unsupported-schema",
+    "unstorable",
     "delivery-conflict",
     "database-unavailable",
     "internal-error",
