@@ -25,12 +25,12 @@ async def count(conn: asyncpg.Connection) -> int:
 
 
 @contextlib.asynccontextmanager
-async def fast_detection(conn: asyncpg.Connection, *, timeout: str = "5ms") -> AsyncIterator[None]:
+async def fast_detection(conn: asyncpg.Connection, *, deadlock_timeout: str = "5ms") -> AsyncIterator[None]:
     """`deadlock_timeout` of this database lowered for connections opened inside the block."""
-    await conn.execute(
-        f"DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET deadlock_timeout = %L', current_database(), "
-        f"'{timeout}'); END $$"
+    statement = await conn.fetchval(
+        "SELECT format('ALTER DATABASE %I SET deadlock_timeout = %L', current_database(), $1::text)", deadlock_timeout
     )
+    await conn.execute(statement)
     try:
         yield
     finally:

@@ -8,7 +8,7 @@ import os
 import pathlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCE_ROOTS = [ROOT, ROOT / "worker", ROOT / "operator", ROOT / "webhook_receiver", ROOT / "cli"]
@@ -29,8 +29,9 @@ async def start_worker(
         args: Sequence[str] = (),
         failpoints: str | None = None,
         log: pathlib.Path,
+        env: Mapping[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
-    extra = {"LADING_FAILPOINTS": failpoints} if failpoints else {}
+    extra = {**(env or {}), **({"LADING_FAILPOINTS": failpoints} if failpoints else {})}
     handle = log.open("ab")
     try:
         return await asyncio.create_subprocess_exec(

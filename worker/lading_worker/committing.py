@@ -34,7 +34,7 @@ import asyncpg
 import prometheus_client
 
 from lading import metrics
-from lading.db import jobs, registry, storable
+from lading.db import conflicts, jobs, registry, storable
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
@@ -137,7 +137,9 @@ class Committer:
         applied (None: stale) as soon as its statement returns. Returns the refused entries."""
 
         async def apply(group: Sequence[Entry]) -> None:
-            applied = await jobs.finish_many(conn, [f for f, _ in group], worker_id=self._worker_id)
+            applied = await conflicts.retrying(
+                lambda: jobs.finish_many(conn, [f for f, _ in group], worker_id=self._worker_id), what="Group commit"
+            )
             for finish, future in group:
                 committed[future] = finish if finish.job_id in applied else None
 

@@ -17,7 +17,7 @@ import logging
 import asyncpg
 
 from lading import metrics
-from lading.db import jobs
+from lading.db import conflicts, jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import LeaseSettings
 from lading_worker import inflight, loops
@@ -56,11 +56,14 @@ class Heartbeater:
             return HeartbeatResult()
         sent_mono = inflight.InFlight.now()
         async with self._db.acquire() as conn:
-            owned = await jobs.heartbeat_many(
-                conn,
-                [(a.job.id, a.job.fence) for a in attempts],
-                worker_id=self._worker_id,
-                lease_ttl_s=self._settings.ttl_s,
+            owned = await conflicts.retrying(
+                lambda: jobs.heartbeat_many(
+                    conn,
+                    [(a.job.id, a.job.fence) for a in attempts],
+                    worker_id=self._worker_id,
+                    lease_ttl_s=self._settings.ttl_s,
+                ),
+                what="Heartbeat",
             )
         lost = 0
         for attempt in attempts:

@@ -16,7 +16,8 @@ import logging
 import asyncpg
 
 from lading import metrics
-from lading.db import jobs
+from lading.db import conflicts, jobs
+from lading.ids import JobId
 from lading.jobs import retry
 from lading.jobs.states import JobState
 from lading.settings import AttemptSettings, ReaperSettings
@@ -55,10 +56,16 @@ class Reaper:
 
     async def run_once(self) -> ReapResult:
         async with self._db.acquire() as conn:
-            async with conn.transaction():
-                leases = await jobs.lock_expired_leases(conn, limit=self._settings.batch_size)
-                moved = await jobs.reap_many(conn, [self.verdict(lease) for lease in leases])
-            expired = await jobs.expire_waiting(conn, limit=self._settings.batch_size)
+
+            async def reap() -> dict[JobId, JobState]:
+                async with conn.transaction():
+                    leases = await jobs.lock_expired_leases(conn, limit=self._settings.batch_size)
+                    return await jobs.reap_many(conn, [self.verdict(lease) for lease in leases])
+
+            moved = await conflicts.retrying(reap, what="Reaping expired leases")
+            expired = await conflicts.retrying(
+                lambda: jobs.expire_waiting(conn, limit=self._settings.batch_size), what="Expiring waiting jobs"
+            )
         rescued = sum(1 for s in moved.values() if s is JobState.RETRY_SCHEDULED)
         failed = len(moved) - rescued
         if rescued:

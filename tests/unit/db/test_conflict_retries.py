@@ -3,6 +3,8 @@ how long the pauses are, and where it gives up."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import asyncpg
 import pytest
 
@@ -40,7 +42,7 @@ def serialization() -> asyncpg.PostgresError:
 
 
 @pytest.mark.parametrize("make", [deadlock, serialization], ids=["40P01", "40001"])
-async def test_a_conflict_is_retried_until_the_work_succeeds(make: type[asyncpg.PostgresError]) -> None:
+async def test_a_conflict_is_retried_until_the_work_succeeds(make: Callable[[], asyncpg.PostgresError]) -> None:
     work, sleeps = Work(make(), make()), Sleeps()
     assert await conflicts.retrying(work, what="test", sleep=sleeps) == "done"
     assert work.calls == 3
