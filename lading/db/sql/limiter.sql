@@ -53,16 +53,33 @@ RETURNING extract(epoch FROM cooldown_until - clock_timestamp())::float8 AS cool
 
 -- name: limiter_prune
 -- Forget permits of pool $1 that no longer count for anything: out of the window and released
--- or expired.
-DELETE FROM limiter_permits
- WHERE pool = $1
-   AND acquired_at < clock_timestamp() - interval '120 seconds'
-   AND (released_at IS NOT NULL OR expires_at < clock_timestamp());
+-- or expired. Locked in id order, skipping rows another pruner is already deleting.
+WITH doomed AS (
+    SELECT p.id
+      FROM limiter_permits p
+     WHERE p.pool = $1
+       AND p.acquired_at < clock_timestamp() - interval '120 seconds'
+       AND (p.released_at IS NOT NULL OR p.expires_at < clock_timestamp())
+     ORDER BY p.id
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM limiter_permits p
+ USING doomed d
+ WHERE p.id = d.id;
 
 -- name: limiter_prune_seconds
--- Forget rollup seconds of pool $1 that left every window.
-DELETE FROM limiter_seconds
- WHERE pool = $1 AND second < clock_timestamp() - interval '120 seconds';
+-- Forget rollup seconds of pool $1 that left every window. Locked in key order, skipping rows
+-- another pruner is already deleting.
+WITH doomed AS (
+    SELECT s.pool, s.second
+      FROM limiter_seconds s
+     WHERE s.pool = $1 AND s.second < clock_timestamp() - interval '120 seconds'
+     ORDER BY s.pool, s.second
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM limiter_seconds s
+ USING doomed d
+ WHERE s.pool = d.pool AND s.second = d.second;
 
 -- name: limiter_usage
 -- What pool $1 used in the last $2 seconds (requests and tokens as the limiter counts them, the
