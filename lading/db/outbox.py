@@ -80,6 +80,20 @@ async def release(
     return len(rows)
 
 
+async def set_aside(
+        conn: asyncpg.Connection | asyncpg.Pool,
+        *,
+        id: int,
+        owner: str,
+        error_class: str,
+        error: str,
+) -> bool:
+    """Set event `id` aside for good (never claimed again) while `owner` holds its claim; False
+    when another relay took it over meanwhile."""
+    row = await conn.fetchrow(queries.sql("outbox_set_aside"), id, owner, error_class, error)
+    return row is not None
+
+
 async def oldest_unpublished_age(conn: asyncpg.Connection | asyncpg.Pool) -> float | None:
     """Seconds the oldest unpublished event has waited, or None when everything is published."""
     age: float | None = await conn.fetchval(queries.sql("outbox_oldest_unpublished"))

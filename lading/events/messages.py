@@ -9,8 +9,9 @@ In (ingress): a message is an event only if it has a UUID `message_id`, a versio
 (`batch.accepted.v1`) and a JSON object body of bounded size that PostgreSQL can store (no
 U+0000 in a string or a key, no integer beyond 64 bits: the inbox keeps the payload as jsonb);
 the types the ingress acts on must also carry the ids it needs. Anything else is `Unparseable`
-and goes to the dead-letter queue: retrying it could never succeed. The digest that decides "same event" is over the type and the canonical payload
-(sorted keys), so it does not depend on how a producer spaced or ordered its JSON.
+and goes to the dead-letter queue: retrying it could never succeed. The digest that decides
+"same event" is over the type and the canonical payload (sorted keys), so it does not depend
+on how a producer spaced or ordered its JSON.
 """
 
 from __future__ import annotations

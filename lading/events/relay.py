@@ -10,6 +10,11 @@ One round (`run_once`):
     mark    one statement: the confirmed rows, only while this relay still owns their claim
     release nacked/returned rows after refused_retry_s; unanswered rows at once
 
+Marking and releasing are one statement per group. If PostgreSQL refuses one with a data error
+(`storable.is_data_error`: a fact about a row, not about the server), the group is bisected
+(`storable.isolate`) so every other row is settled, and each refused row is set aside for good
+(`set_aside_at`, error class UNSTORABLE, migration 0015): it never comes back to block a group.
+
 A crash between confirm and mark republishes the batch once the claim expires: consumers
 dedup by `event_id` (the message id). Nothing is ever marked without a confirm. A relay whose
 claim expired and was taken over marks nothing, so it cannot undo the new owner's claim.
@@ -24,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import secrets
 import socket
+from collections.abc import Awaitable, Callable, Sequence
 
 import aio_pika
 import aio_pika.abc
@@ -36,7 +43,7 @@ import aiormq.exceptions
 import asyncpg
 
 from lading import errors, failpoints, metrics, tracing
-from lading.db import conflicts, outbox
+from lading.db import conflicts, outbox, storable
 from lading.events import backoff, messages, topology
 from lading.settings import EventSettings
 
@@ -73,6 +80,8 @@ class RelayResult:
     nacked: int = 0
     returned: int = 0
     unconfirmed: int = 0
+    set_aside: int = 0
+    """Rows whose mark or release PostgreSQL refused (a data error): set aside as UNSTORABLE."""
 
 
 class OutboxRelay:
@@ -135,17 +144,15 @@ class OutboxRelay:
         refused = [e.id for e, a in zip(events, answers, strict=True) if a in ("nacked", "returned")]
         lost = [e.id for e, a in zip(events, answers, strict=True) if a == "unconfirmed"]
         # Each is one statement locking its rows in id order; a conflict (deadlock, serialization) reruns it.
-        marked = await conflicts.retrying(
-            lambda: outbox.mark_published(self._db, ids=confirmed, owner=self.owner), what="Marking outbox events"
-        )
-        await conflicts.retrying(
-            lambda: outbox.release(self._db, ids=refused, owner=self.owner, after_s=s.refused_retry_s),
-            what="Releasing refused outbox events",
-        )
-        await conflicts.retrying(
-            lambda: outbox.release(self._db, ids=lost, owner=self.owner, after_s=0.0),
-            what="Releasing unconfirmed outbox events",
-        )
+        marked, set_aside = await self._settle(
+            confirmed, "Marking outbox events",
+            lambda ids: outbox.mark_published(self._db, ids=ids, owner=self.owner),
+        )  # fmt: skip
+        for ids, after_s, what in ((refused, s.refused_retry_s, "refused"), (lost, 0.0, "unconfirmed")):
+            _, refused_rows = await self._settle(
+                ids, f"Releasing {what} outbox events", functools.partial(self._release, after_s=after_s)
+            )
+            set_aside += refused_rows
         metrics.OUTBOX_MARKED.inc(marked)
         for answer in ("confirmed", "nacked", "returned", "unconfirmed"):
             if n := answers.count(answer):
@@ -157,6 +164,7 @@ class OutboxRelay:
             nacked=answers.count("nacked"),
             returned=answers.count("returned"),
             unconfirmed=len(lost),
+            set_aside=set_aside,
         )
         if result.nacked or result.returned:
             logger.warning("Broker refused outbox events (retried in %.0f s): %s", s.refused_retry_s, result)
@@ -166,6 +174,29 @@ class OutboxRelay:
         if lost:
             raise BrokerLost(f"{len(lost)} of {len(events)} publishes got no answer from the broker")
         return result
+
+    async def _release(self, ids: Sequence[int], *, after_s: float) -> int:
+        return await outbox.release(self._db, ids=ids, owner=self.owner, after_s=after_s)
+
+    async def _settle(
+            self,
+            ids: Sequence[int],
+            what: str,
+            statement: Callable[[Sequence[int]], Awaitable[int]],
+    ) -> tuple[int, int]:
+        """Run `statement` over `ids` as one statement (conflicts retried); on a data error, bisect
+        and set each refused row aside. (rows the statements counted, rows set aside)"""
+        outcome = await storable.isolate(
+            ids, lambda group: conflicts.retrying(lambda: statement(group), what=what)
+        )
+        set_aside = 0
+        for event_id, exc in outcome.refused:
+            error = f"{what}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"  # never the value
+            if await outbox.set_aside(self._db, id=event_id, owner=self.owner, error_class=storable.UNSTORABLE,
+                                      error=error):  # fmt: skip
+                set_aside += 1
+                logger.error("ALARM: outbox event row %d set aside as %s: %s", event_id, storable.UNSTORABLE, error)
+        return sum(outcome.results), set_aside
 
     async def _publish(self, exchange: aio_pika.abc.AbstractExchange, event: outbox.OutboxEvent) -> str:
         batch_id = event.payload.get("batch_id") if isinstance(event.payload, dict) else None

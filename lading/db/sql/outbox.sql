@@ -5,10 +5,12 @@
 -- name: outbox_claim_batch
 -- Up to $2 committed, unpublished events whose claim is free or expired, oldest first,
 -- claimed by relay $1 for $3 seconds. SKIP LOCKED: concurrent relays take disjoint rows.
+-- A row set aside (outbox_set_aside) is never claimed again.
 WITH picked AS (
     SELECT id
       FROM outbox_events
      WHERE published_at IS NULL
+       AND set_aside_at IS NULL
        AND (claim_until IS NULL OR claim_until < clock_timestamp())
      ORDER BY id
      LIMIT $2
@@ -59,11 +61,25 @@ UPDATE outbox_events o
    AND o.published_at IS NULL
 RETURNING o.id;
 
+-- name: outbox_set_aside
+-- Event $1, claimed by relay $2, whose mark or release PostgreSQL refused with a data error:
+-- set aside for good with error class $3 and error $4 (migration 0015). Returns the row when
+-- it was set aside (not when another relay took it over meanwhile).
+UPDATE outbox_events
+   SET set_aside_at = clock_timestamp(), error_class = $3, error = $4, claim_owner = NULL, claim_until = NULL
+ WHERE id = $1
+   AND claim_owner = $2
+   AND published_at IS NULL
+   AND set_aside_at IS NULL
+RETURNING id;
+
 -- name: outbox_oldest_unpublished
 -- Age in seconds of the oldest unpublished event (NULL when none), from the unpublished index.
+-- Set-aside rows wait for a human, not for the relay: they do not count.
 SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s
   FROM outbox_events
  WHERE published_at IS NULL
+   AND set_aside_at IS NULL
  ORDER BY id
  LIMIT 1;
 

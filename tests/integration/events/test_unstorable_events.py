@@ -100,3 +100,50 @@ async def test_a_message_whose_insert_fails_with_a_data_error_is_dead_lettered(
 
 async def _recorded(consumer: ingress.IngressConsumer) -> bool:
     return consumer.counts.recorded >= 1
+
+
+async def test_a_row_the_relay_cannot_mark_is_set_aside_and_the_rest_of_its_group_is_marked(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, amqp_url: str, event_settings: EventSettings,
+        channel: aio_pika.abc.AbstractChannel, names: BrokerTopology,
+) -> None:
+    """Marking a group published is one statement: a data error on one row (here, a trigger raising
+    SQLSTATE 22021 when one poisoned row is marked) used to fail the whole mark, so the group was
+    republished and failed again for ever. Now the group is bisected, the good rows are marked,
+    and the bad one is set aside as UNSTORABLE and never claimed again."""
+    await db.execute(
+        """CREATE FUNCTION refuse_poison_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.published_at IS NOT NULL AND NEW.payload ? 'poison' THEN
+               RAISE EXCEPTION 'refused' USING ERRCODE = 'character_not_in_repertoire';
+             END IF;
+             RETURN NEW;
+           END $$;
+           CREATE TRIGGER refuse_poison_mark BEFORE UPDATE ON outbox_events
+              FOR EACH ROW EXECUTE FUNCTION refuse_poison_mark();"""
+    )
+    ids = [await helpers.add_event(db, aggregate_id=n, payload={"job_id": n, **({"poison": 1} if n == 5 else {})})
+           for n in range(1, 9)]  # fmt: skip
+    outbox_relay = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    await outbox_relay.connect()
+    try:
+        first = await outbox_relay.run_once()
+        again = await outbox_relay.run_once()
+    finally:
+        await outbox_relay.close()
+
+    assert (first.claimed, first.confirmed, first.marked, first.set_aside) == (8, 8, 7, 1)
+    assert again.claimed == 0, "the set-aside row is never claimed again"
+    rows = await db.fetch(
+        "SELECT event_id, published_at IS NOT NULL AS published, set_aside_at IS NOT NULL AS set_aside, error_class,"
+        " error, claim_owner FROM outbox_events ORDER BY id"
+    )
+    assert [r["published"] for r in rows] == [True] * 4 + [False] + [True] * 3
+    poisoned = rows[4]
+    assert poisoned["event_id"] == ids[4] and poisoned["set_aside"] and poisoned["claim_owner"] is None
+    assert poisoned["error_class"] == storable.UNSTORABLE
+    assert "CharacterNotInRepertoireError (SQLSTATE 22021)" in poisoned["error"]
+    assert await db.fetchval(
+        "SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_aside_at IS NULL"
+    ) == 0
+    published = await helpers.drain(channel, names.name(names.ingress_queue))
+    assert len(published) == 8, "every row reached the broker once; only its bookkeeping was refused"
