@@ -2,7 +2,12 @@
 `lading operator`: run the Kubernetes operator.
 
     lading operator [--kubeconfig FILE] [--database-url URL] [--namespace NS ...] [--http HOST:PORT]
-                    [--worker-image IMAGE] [--db-secret NAME:KEY] [--standalone | --peering]
+                    [--pool-namespaces NS[,NS...]] [--worker-image IMAGE] [--db-secret NAME:KEY]
+                    [--standalone | --peering]
+
+InferencePools are served only in the platform namespaces of `--pool-namespaces` (or
+`$LADING_POOL_NAMESPACES`; default `lading-system`): their workers hold every DeliveryEndpoint's
+signing secret, so no tenant may own one of them (docs/security.md).
 
 The cluster is found the standard way: `--kubeconfig`, else the in-cluster service account, else
 `$KUBECONFIG` / `~/.kube/config`. The database comes from `--database-url` or `$DATABASE_URL`; its
@@ -14,11 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 
 import kopf
 from lading_operator import app, rendering, settings
 
 from lading import health
+
+POOL_NAMESPACES_ENV = "LADING_POOL_NAMESPACES"
 
 
 def _secret_key(value: str) -> rendering.SecretKeySelector:
@@ -26,6 +34,19 @@ def _secret_key(value: str) -> rendering.SecretKeySelector:
     if not sep or not name or not key:
         raise argparse.ArgumentTypeError(f"expected NAME:KEY (a Secret and a key in it), got {value!r}")
     return rendering.SecretKeySelector(name=name, key=key)
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _namespaces(value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(","))
+    for name in names:
+        if not _DNS_LABEL.fullmatch(name):
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a namespace name (lowercase letters, digits and '-', at most 63), in {value!r}"
+            )
+    return tuple(dict.fromkeys(names))
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -46,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NS",
         help="serve only this namespace (repeatable); default: cluster-wide",
+    )
+    parser.add_argument(
+        "--pool-namespaces",
+        type=_namespaces,
+        default=os.environ.get(POOL_NAMESPACES_ENV) or settings.POOL_NAMESPACE_DEFAULT,
+        metavar="NS[,NS...]",
+        help="the platform namespaces where InferencePools may live; a pool elsewhere is refused "
+        f"(default: ${POOL_NAMESPACES_ENV}, else {settings.POOL_NAMESPACE_DEFAULT})",
     )
     parser.add_argument(
         "--http", type=_listen, metavar="HOST:PORT", help="serve /metrics, /healthz and /readyz here; off by default"
@@ -76,6 +105,7 @@ def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
         database_url=args.database_url,
         kubeconfig=args.kubeconfig,
         namespaces=tuple(args.namespaces),
+        pool_namespaces=args.pool_namespaces,
         http=args.http,
         standalone=args.standalone,
         render=rendering.OperatorConfig(worker_image=args.worker_image, database_secret=args.db_secret),

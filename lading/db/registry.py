@@ -117,6 +117,14 @@ async def upsert_pool(
     await conn.execute(queries.sql("pool_upsert"), name, provider, model, spec, paused)
 
 
+async def delete_pool_if_unused(conn: asyncpg.Connection, *, name: PoolName) -> bool:
+    """Unregister pool `name` (no batch can be admitted to it any more) unless a batch refers to it;
+    True when it was deleted or did not exist."""
+    if await conn.fetchval(queries.sql("pool_delete_unused"), name) is not None:
+        return True
+    return await get_pool(conn, name=name) is None
+
+
 async def get_pool(conn: asyncpg.Connection, *, name: PoolName) -> Pool | None:
     row = await conn.fetchrow(queries.sql("pool_get"), name)
     if row is None:

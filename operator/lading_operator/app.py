@@ -16,6 +16,9 @@ kopf settings, and why:
 - with a fixed `--namespace` list, no namespace or CRD scanning: those namespaces are served as
   given, and the CRDs must exist when the operator starts.
 
+InferencePools are served only in the platform namespaces of `--pool-namespaces` (pools.py); at
+start, signing-secret mirrors found anywhere else are deleted (mirroring.py).
+
 Startup refuses to run against a database with pending migrations (`lading migrate` first):
 admitting work into an older schema could lose it. /readyz says the same while it runs.
 """
@@ -33,7 +36,7 @@ import kopf
 from lading import errors, gauges, health
 from lading.db import migrating, observed
 from lading.db import pool as dbpool
-from lading_operator import batches, endpoints, kube, pools, quotas, runtime, settings
+from lading_operator import batches, endpoints, kube, mirroring, pools, quotas, runtime, settings
 
 logger = logging.getLogger("lading.operator")
 
@@ -84,6 +87,13 @@ def build_registry(rt: runtime.Runtime) -> kopf.OperatorRegistry:
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
         return rt.connection
+
+    @kopf.on.startup(registry=registry)
+    async def sweep_mirrors(**_: Any) -> None:
+        try:
+            await mirroring.sweep_outside_pool_namespaces(rt)
+        except (OSError, kube.KubeError) as exc:  # refused pools' loops still sweep their own namespaces
+            logger.warning("signing-secret mirrors outside the pool namespaces not swept: %s", exc)
 
     batches.register(registry, rt)
     quotas.register(registry, rt)

@@ -2,10 +2,12 @@
 Signing secrets of DeliveryEndpoints, copied into the namespaces where the workers run.
 
 A pod can mount only Secrets of its own namespace, but DeliveryEndpoints live in the tenants'
-namespaces (`acme`) and pools usually in `lading-system`. So for every DeliveryEndpoint whose
-signing Secret exists and has its key, the operator keeps one copy, a *mirror*, in every namespace
-that has an InferencePool served by this operator (other than the endpoint's own: there the worker
-Deployment projects the endpoint's Secret itself):
+namespaces (`acme`) and pools in platform namespaces (`lading-system`). A pool's workers deliver the
+webhooks of every batch that runs on it, and batches of any tenant may use any pool, so the workers
+need the signing secret of every endpoint. So for every DeliveryEndpoint whose signing Secret exists
+and has its key, the operator keeps one copy, a *mirror*, in every *allowed pool namespace*
+(`OperatorSettings.pool_namespaces`) that has an InferencePool served by this operator (other than
+the endpoint's own: there the worker Deployment projects the endpoint's Secret itself):
 
     Secret lading-system/lading-endpoint-acme.erp      type Opaque
       labels       app.kubernetes.io/managed-by: lading, lading.dev/endpoint: acme.erp
@@ -29,6 +31,13 @@ When it is written:
   Cross-namespace ownerReferences do not exist, so mirrors are found by name and labels; a pool's
   loop also deletes, once when it starts, the mirrors in its namespace whose
   DeliveryEndpoint no longer exists (an endpoint deleted while the operator was down).
+
+Where mirrors never go: a namespace that is not an allowed pool namespace. Pool namespaces are the
+platform team's; every other namespace may belong to a tenant, and a tenant holding another tenant's
+signing secret could forge its webhooks. A pool in such a namespace is refused (pools.py) and gets no
+mirror; mirrors found there (written before the namespace stopped being allowed) are deleted: by the
+refused pool's loop in its namespace, and, once when the operator starts, in every namespace it can
+list (`sweep_outside_pool_namespaces`). A tenant's namespace thus holds only its own Secrets.
 
 A Secret of that name that is not a mirror (no `managed-by: lading` label, or another endpoint's
 annotation) is never overwritten or deleted; the endpoint is then not projected there, and a warning
@@ -91,9 +100,16 @@ def _path(namespace: str, name: str | None = None) -> str:
     return kube.path("v1", "secrets", namespace=namespace, name=name)
 
 
+def allowed(rt: runtime.Runtime, namespace: str) -> bool:
+    """Whether `namespace` is a platform namespace where pools (and so mirrors) may live."""
+    return namespace in rt.settings.pool_namespaces
+
+
 def pool_namespaces(rt: runtime.Runtime) -> set[str]:
-    """Namespaces with an InferencePool whose loop runs in this operator."""
-    return {namespace for kind, namespace, _ in list(rt.wakeups) if kind == POOL_KIND}
+    """Allowed pool namespaces with an InferencePool whose loop runs in this operator: where mirrors go.
+
+    A refused pool (in any other namespace) has a loop too, to report why; its namespace is not one."""
+    return {namespace for kind, namespace, _ in list(rt.wakeups) if kind == POOL_KIND and allowed(rt, namespace)}
 
 
 async def read_source(rt: runtime.Runtime, endpoint: str, ref: specs.SecretKeyRef) -> Source | str:
@@ -229,8 +245,11 @@ async def for_namespace(rt: runtime.Runtime, namespace: str) -> tuple[rendering.
     """What a pool in `namespace` projects: every endpoint with a usable signing secret, its own
     namespace's by the endpoint's Secret, the others by their mirror (created here when missing).
 
-    At most `rendering.ENDPOINT_SECRETS_MAX`, in name order; past it, the rest wait (with a warning)."""
+    At most `rendering.ENDPOINT_SECRETS_MAX`, in name order; past it, the rest wait (with a warning).
+    Nothing in a namespace that is not an allowed pool namespace."""
     projected: list[rendering.EndpointSecret] = []
+    if not allowed(rt, namespace):
+        return ()
     for full, direct in sorted(rt.endpoint_secrets.items()):
         if len(projected) == rendering.ENDPOINT_SECRETS_MAX:
             logger.warning("pools in %s: more than %d DeliveryEndpoints have signing secrets; endpoints from %s "
@@ -247,18 +266,31 @@ async def for_namespace(rt: runtime.Runtime, namespace: str) -> tuple[rendering.
     return tuple(projected)
 
 
-async def sweep(rt: runtime.Runtime, namespace: str) -> int:
-    """Delete the mirrors in `namespace` whose DeliveryEndpoint no longer exists; how many were deleted.
-
-    One list of the namespace's Lading-managed Secrets, then one GET per mirror of an endpoint this
-    operator does not know of (yet)."""
-    selector = f"{rendering.LABEL_MANAGED_BY}%3Dlading"
-    listed = await _call("LIST", namespace, "*", rt.api.get(f"{_path(namespace)}?labelSelector={selector}"))
-    deleted = 0
+def _mirrors(listed: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(namespace, endpoint) of each mirror in a list of Secrets (Secrets that are not ours are skipped)."""
+    found = []
     for item in (listed or {}).get("items") or []:
         meta = item.get("metadata") or {}
         endpoint = str((meta.get("annotations") or {}).get(ANNOTATION_ENDPOINT) or "")
-        if not str(meta.get("name", "")).startswith(NAME_PREFIX) or "/" not in endpoint or not _ours(item, endpoint):
+        if str(meta.get("name", "")).startswith(NAME_PREFIX) and "/" in endpoint and _ours(item, endpoint):
+            found.append((str(meta.get("namespace") or ""), endpoint))
+    return found
+
+
+_SELECTOR = f"?labelSelector={rendering.LABEL_MANAGED_BY}%3Dlading"
+
+
+async def sweep(rt: runtime.Runtime, namespace: str) -> int:
+    """Delete the mirrors in `namespace` that must not be there; how many were deleted.
+
+    In an allowed pool namespace: those whose DeliveryEndpoint no longer exists (one list of the
+    namespace's Lading-managed Secrets, then one GET per mirror of an endpoint this operator does not
+    know of yet). Anywhere else: every mirror (no signing secret belongs in a tenant's namespace)."""
+    listed = await _call("LIST", namespace, "*", rt.api.get(f"{_path(namespace)}{_SELECTOR}"))
+    deleted = 0
+    for _, endpoint in _mirrors(listed):
+        if not allowed(rt, namespace):
+            deleted += await remove(rt, endpoint, namespace)
             continue
         if endpoint in rt.endpoint_secrets:
             continue
@@ -269,4 +301,27 @@ async def sweep(rt: runtime.Runtime, namespace: str) -> int:
                 deleted += await remove(rt, endpoint, namespace)
         except kube.KubeError as exc:  # e.g. a namespace this operator may not read: left alone
             logger.warning("mirror of DeliveryEndpoint %s in %s: not swept: %s", endpoint, namespace, exc)
+    return deleted
+
+
+async def sweep_outside_pool_namespaces(rt: runtime.Runtime) -> int:
+    """Delete every mirror outside the allowed pool namespaces, in every namespace this operator
+    serves (one cluster-wide list, or one list per served namespace); how many were deleted.
+
+    Run once when the operator starts: mirrors written into a namespace before it stopped being a pool
+    namespace (or by an operator that mirrored into every pool namespace) go, even where no pool is left."""
+    if rt.settings.namespaces:
+        served = rt.settings.namespaces
+        collections = {namespace: _path(namespace) for namespace in served if not allowed(rt, namespace)}
+    else:
+        collections = {"*": kube.path("v1", "secrets", namespace=None)}
+    deleted = 0
+    for where, collection in collections.items():
+        listed = await _call("LIST", where, "*", rt.api.get(f"{collection}{_SELECTOR}"))
+        for namespace, endpoint in _mirrors(listed):
+            if namespace and not allowed(rt, namespace):
+                deleted += await remove(rt, endpoint, namespace)
+    if deleted:
+        logger.info("deleted %d signing-secret mirrors outside the pool namespaces %s", deleted,
+                    ", ".join(rt.settings.pool_namespaces))  # fmt: skip
     return deleted

@@ -20,8 +20,17 @@ of an object it owns (a Deployment or Service edited or deleted by hand: drift),
        conditions Ready, Degraded and Paused (spec.paused, or pools.paused_until set by workers when
        the provider refused the key or the quota).
 
-Where the vLLM metrics are scraped: the Service (`http://<pool>-vllm.<ns>.svc:8000/metrics`), or the
-URL in the pool's annotation `lading.dev/vllm-metrics-url` when the operator runs outside the cluster.
+Pools live only in platform namespaces (`OperatorSettings.pool_namespaces`, `lading operator
+--pool-namespaces`): a pool's workers hold the signing secret of every DeliveryEndpoint (mirroring.py),
+so a pool in a namespace a tenant controls would hand that tenant everyone's secrets. A pool anywhere
+else is refused: status Ready=False, reason PoolNamespaceNotAllowed; nothing is rendered, no secret is
+mirrored, and it is not written into `pools` (no batch can be admitted to it). Its loop still runs, to
+report that and to clean up once what an earlier operator left there: the mirrors in its namespace,
+the objects it owned, its `pools` row unless a batch refers to it.
+
+Where the vLLM metrics are scraped: the Service (`http://<pool>-vllm.<ns>.svc:8000/metrics`); the
+pool's annotation `lading.dev/vllm-metrics-url` only with `--allow-vllm-metrics-override` and through
+the egress policy (`headroom.pool_vllm_load`).
 The scaler's memory (its stabilisation window) is kept in the loop; after a restart it starts
 afresh, which can only delay a scale-down, never cause one.
 """
@@ -39,6 +48,7 @@ import kopf
 import pydantic
 
 from lading import applying
+from lading.db import registry
 from lading.db import scaling as db_scaling
 from lading.ids import PoolName
 from lading.models import specs
@@ -48,7 +58,16 @@ logger = logging.getLogger("lading.operator.pools")
 
 KIND = "InferencePool"
 PLURAL = "inferencepools"
-METRICS_URL_ANNOTATION = "lading.dev/vllm-metrics-url"
+METRICS_URL_ANNOTATION = headroom.METRICS_URL_ANNOTATION
+POOL_NAMESPACE_NOT_ALLOWED = "PoolNamespaceNotAllowed"
+"""Ready=False reason of a pool outside the platform namespaces the operator was given."""
+OWNED_KINDS = (
+    ("apps/v1", "deployments"),
+    ("v1", "services"),
+    ("keda.sh/v1alpha1", "scaledobjects"),
+    ("keda.sh/v1alpha1", "triggerauthentications"),
+)
+"""What a pool may own (rendering.py), for the clean-up of a refused pool."""
 
 
 def key(namespace: str, name: str) -> runtime.ObjectKey:
@@ -95,6 +114,7 @@ class Reconciler:
         self.key = key(self.namespace, self.name)
         self.mirrored: int | None = None
         self.swept = False
+        self.cleaned = False
         self.state = scaling.ScaleState()
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
 
@@ -125,6 +145,9 @@ class Reconciler:
     async def reconcile(self, session: aiohttp.ClientSession) -> None:
         generation = self.body.metadata.get("generation")
         previous = self.last_written.get("conditions")
+        if not mirroring.allowed(self.rt, self.namespace):
+            await self._refuse(generation, previous)
+            return
         try:
             pool = parse(self.body)
         except pydantic.ValidationError as exc:
@@ -265,6 +288,47 @@ class Reconciler:
         )
         await self._write(desired)
 
+    async def _refuse(self, generation: int | None, previous: Any) -> None:
+        """The pool is outside the platform namespaces: report it; once, remove what an earlier
+        operator made for it (mirrors in its namespace, its owned objects, its `pools` row)."""
+        allowed = ", ".join(self.rt.settings.pool_namespaces)
+        message = (f"InferencePools live only in the platform namespaces ({allowed}); nothing runs for a pool "
+                   f"in {self.namespace} and no batch can use it")  # fmt: skip
+        if not self.cleaned:
+            await mirroring.sweep(self.rt, self.namespace)
+            await self._remove_owned()
+            async with self.rt.db.acquire() as conn:
+                gone = await registry.delete_pool_if_unused(conn, name=applying.pool_key(self.namespace, self.name))
+            if not gone:
+                logger.warning("pool %s/%s: refused, but batches refer to its registration, which stays",
+                               self.namespace, self.name)  # fmt: skip
+            self.cleaned = True
+        ready = conditions.condition(previous, type="Ready", value=False, reason=POOL_NAMESPACE_NOT_ALLOWED,
+                                     message=message, generation=generation)  # fmt: skip
+        desired = conditions.dump(status.InferencePoolStatus(observed_generation=generation, conditions=[ready]))
+        if not any(c.get("reason") == POOL_NAMESPACE_NOT_ALLOWED for c in previous or ()):
+            events.warning(self.body, reason=POOL_NAMESPACE_NOT_ALLOWED, message=message)
+        await self._write(desired)
+
+    async def _remove_owned(self) -> None:
+        """Delete the Lading-managed objects in the pool's namespace that this pool owns."""
+        uid = str(self.body.metadata.uid)
+        for api_version, plural in OWNED_KINDS:
+            collection = kube.path(api_version, plural, namespace=self.namespace)
+            try:
+                listed = await self.rt.api.get(f"{collection}?labelSelector={rendering.LABEL_MANAGED_BY}%3Dlading")
+            except kube.KubeError as exc:  # a kind this cluster lacks (KEDA) or may not be listed
+                logger.debug("pool %s/%s: %s not listed: %s", self.namespace, self.name, plural, exc)
+                continue
+            for item in (listed or {}).get("items") or []:
+                meta = item.get("metadata") or {}
+                if not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or ()):
+                    continue
+                if await self.rt.api.delete(kube.path(api_version, plural, namespace=self.namespace,
+                                                      name=str(meta.get("name")))):  # fmt: skip
+                    logger.info("pool %s/%s: refused; deleted %s %s", self.namespace, self.name, plural,
+                                meta.get("name"))  # fmt: skip
+
     async def _headroom(
         self,
         session: aiohttp.ClientSession,
@@ -277,12 +341,10 @@ class Reconciler:
         if pool.spec.provider == "vllm":
             if ready == 0 and desired > 0:
                 return headroom.engine_not_ready(ready=ready, desired=desired)
-            annotations = self.body.metadata.annotations
-            url = (
-                annotations.get(METRICS_URL_ANNOTATION)
-                or rendering.vllm_endpoint_url(pool).removesuffix("/v1") + "/metrics"
-            )
-            scraped = await headroom.scrape_vllm(session, url)
+            scraped = await headroom.pool_vllm_load(
+                session, body=self.body, service_url=rendering.vllm_endpoint_url(pool).removesuffix("/v1") + "/metrics",
+                override=self.rt.settings.vllm_metrics_override, egress_allow=self.rt.settings.egress_allow,
+            )  # fmt: skip
             engine = pool.spec.vllm.engine_args.max_num_seqs if pool.spec.vllm is not None else None
             return headroom.vllm_headroom(scraped, max_num_seqs=engine, replicas=max(ready, 1))
         if pool.spec.provider == "openai-compatible":

@@ -4,9 +4,17 @@ report use in status, and wake batches waiting for this quota.
 
 A TenantQuota is cluster-scoped and owned by the platform team. Creating or changing one can make
 room for batches waiting in the quota queue, or give a home to batches whose namespace no quota
-covered: both wake the waiting batches, which re-check admission at once. Deleting one leaves
-the `tenants` row (accepted batches refer to it); new batches of its namespaces are not admitted
-once no quota covers them.
+covered: both wake the waiting batches, which re-check admission at once.
+
+Deleting one revokes it before the object goes (the finalizer `lading.dev/finalizer`): its
+`tenants` row loses its namespaces (`registry.revoke_tenant`), so a new batch there is
+`NoTenantQuota`; the row itself stays, so jobs already queued keep their tenant, fair share and
+limits, and finish. Should the revocation fail (database down), the object stays until it succeeds.
+
+A namespace listed by two quotas belongs to neither (`registry.tenant_for_namespace`, in the core:
+`lading run` obeys it too): both quotas report Ready=False, reason NamespaceConflict, naming the
+namespace and the other quota, until one of them drops it. Each quota's status refresh
+(`quota_interval_s`) notices a conflict that another quota created.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import kopf
 import pydantic
 
 from lading import applying
-from lading.db import fairness, observed
+from lading.db import fairness, observed, registry
 from lading.ids import TenantName
 from lading.models import specs
 from lading_operator import conditions, events, kube, runtime, status
@@ -28,6 +36,8 @@ logger = logging.getLogger("lading.operator.quotas")
 
 KIND = "TenantQuota"
 PLURAL = "tenantquotas"
+NAMESPACE_CONFLICT = "NamespaceConflict"
+"""Ready=False reason of a quota that lists a namespace another quota lists too."""
 
 
 def parse(body: kopf.Body) -> specs.TenantQuota:
@@ -72,6 +82,17 @@ async def apply(rt: runtime.Runtime, body: kopf.Body) -> None:
     await refresh(rt, body)
 
 
+async def revoke(rt: runtime.Runtime, body: kopf.Body) -> None:
+    """The quota is being deleted: its namespaces stop belonging to its tenant; queued jobs stay."""
+    name = TenantName(str(body.metadata.name))
+    async with rt.db.acquire() as conn:
+        revoked = await registry.revoke_tenant(conn, name=name)
+    if revoked:
+        logger.info("%s %s deleted: namespaces %s revoked; its queued jobs stay and finish", KIND, name,
+                    ", ".join(revoked))  # fmt: skip
+    rt.something_appeared()  # a namespace it shared with another quota may belong to that one now
+
+
 async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
     generation = body.metadata.get("generation")
     previous = (body.get("status") or {}).get("conditions")
@@ -79,12 +100,23 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
         quota = parse(body)
     except pydantic.ValidationError:
         return
+    tenant = TenantName(quota.metadata.name)
     async with rt.db.acquire() as conn:
-        usage = await observed.tenant_usage(conn, tenant=TenantName(quota.metadata.name))
-        budget = await fairness.tenant_budget(conn, tenant=TenantName(quota.metadata.name))
-    ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
-                                 message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
-                                 generation=generation)  # fmt: skip
+        usage = await observed.tenant_usage(conn, tenant=tenant)
+        budget = await fairness.tenant_budget(conn, tenant=tenant)
+        conflicts = await registry.tenant_namespace_conflicts(conn, tenant=tenant)
+    if conflicts:
+        message = "; ".join(f"namespace {c.namespace} is also listed by TenantQuota {c.other}" for c in conflicts)
+        ready = conditions.condition(
+            previous, type="Ready", value=False, reason=NAMESPACE_CONFLICT, generation=generation,
+            message=f"{message}: a namespace listed by two quotas is admitted by neither",
+        )  # fmt: skip
+        if not any(c.get("reason") == NAMESPACE_CONFLICT for c in previous or ()):
+            events.warning(body, reason=NAMESPACE_CONFLICT, message=ready.message)
+    else:
+        ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+                                     message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
+                                     generation=generation)  # fmt: skip
     conds = [ready]
     if budget is not None and budget.budget is not None:
         conds.append(
@@ -117,6 +149,10 @@ def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
     @kopf.on.update(*resource, field="spec", registry=registry_)
     async def apply_quota(body: kopf.Body, **_: Any) -> None:
         await apply(rt, body)
+
+    @kopf.on.delete(*resource, registry=registry_)
+    async def revoke_quota(body: kopf.Body, **_: Any) -> None:
+        await revoke(rt, body)
 
     @kopf.timer(
         *resource,

@@ -9,6 +9,8 @@ import dataclasses
 
 from lading_operator import rendering
 
+POOL_NAMESPACE_DEFAULT = "lading-system"
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:
@@ -17,6 +19,13 @@ class OperatorSettings:
     """None: in-cluster service account, else $KUBECONFIG / ~/.kube/config."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose batches, pools and endpoints are served; empty: cluster-wide."""
+    pool_namespaces: tuple[str, ...] = (POOL_NAMESPACE_DEFAULT,)
+    """The platform namespaces where InferencePools may live. A pool anywhere else is refused
+    (Ready=False, PoolNamespaceNotAllowed): nothing is rendered for it, no signing secret is mirrored
+    there, and it is not registered for batches. Tenants own their namespaces; a pool's namespace
+    receives every endpoint's signing secret, so it must be one only the platform team controls.
+    Default: `lading-system`, where the chart installs the operator (the chart passes its release
+    namespace)."""
     http: tuple[str, int] | None = None
     """Where /metrics, /healthz and /readyz listen; None: not served."""
     standalone: bool = True

@@ -23,3 +23,8 @@ RETURNING paused_until;
 -- name: endpoint_exists
 -- Whether a DeliveryEndpoint ("namespace/name") is registered: deliveries to one that is not wait.
 SELECT EXISTS (SELECT 1 FROM endpoints WHERE name = $1);
+
+-- name: pool_delete_unused
+-- Unregister pool $1 unless a batch refers to it (those rows stay, with their history).
+DELETE FROM pools p WHERE p.name = $1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.pool = p.name)
+RETURNING p.name;

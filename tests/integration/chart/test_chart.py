@@ -278,3 +278,32 @@ def test_every_container_command_line_parses_with_the_lading_cli(values: pathlib
             except SystemExit:
                 command = " ".join(container["args"])
                 pytest.fail(f"{deployment['metadata']['name']}/{container['name']}: `lading {command}` does not parse")
+
+
+def _operator_args(*extra: str) -> list[str]:
+    result = run_helm("template", "lading", str(CHART), *extra)
+    assert result.returncode == 0, result.stderr
+    for document in yaml.safe_load_all(result.stdout):
+        if document and document["kind"] == "Deployment" and document["metadata"]["name"].endswith("-operator"):
+            return list(document["spec"]["template"]["spec"]["containers"][0]["args"])
+    raise AssertionError("no operator Deployment")
+
+
+def test_pools_are_served_only_in_the_release_namespace_unless_pool_namespaces_are_given() -> None:
+    from lading_cli import main as cli
+
+    args = _operator_args("--namespace", "platform")
+    assert args[args.index("--pool-namespaces") + 1] == "platform"
+    args = _operator_args("--namespace", "platform", "--set", "operator.poolNamespaces={lading-system,gpu}")
+    assert args[args.index("--pool-namespaces") + 1] == "lading-system,gpu"
+    assert cli.build_parser().parse_args(args).pool_namespaces == ("lading-system", "gpu")
+    refused = run_helm("template", "lading", str(CHART), "--set", "operator.poolNamespaces={Tenant_A}")
+    assert refused.returncode != 0 and "/operator/poolNamespaces/0" in refused.stderr
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
+def test_the_operator_may_finalize_tenant_quotas(values: pathlib.Path | None) -> None:
+    """Deleting a TenantQuota waits for the operator to revoke it (a finalizer on the object)."""
+    cluster = _rules(values, "ClusterRole")
+    assert ("lading.dev", "tenantquotas", "patch") in cluster
+    assert ("lading.dev", "tenantquotas/finalizers", "update") in cluster

@@ -29,7 +29,7 @@ async def _start(
     try:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-c", LAUNCH, "--log-level", "INFO", "operator", "--kubeconfig", str(kubeconfig),
-            "--database-url", database_url, *extra, env=env, stdout=handle, stderr=handle,
+            "--database-url", database_url, "--pool-namespaces", "acme", *extra, env=env, stdout=handle, stderr=handle,
         )  # fmt: skip
     finally:
         handle.close()
