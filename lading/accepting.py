@@ -126,7 +126,8 @@ async def accept_batch(
 
 
 def _unstorable_message(request: BatchRequest, exc: Exception) -> str:
-    where = f"batch {request.idempotency_key!r}: " if storable.unstorable_reason(request.idempotency_key) is None else ""
+    key = request.idempotency_key
+    where = f"batch {key!r}: " if storable.unstorable_reason(key) is None else ""
     fields: list[tuple[str, object]] = [
         ("metadata.namespace", request.namespace), ("metadata.name", request.name), ("metadata.uid", request.uid),
         ("spec.schema", request.schema), ("spec.inferencePoolRef", request.pool),

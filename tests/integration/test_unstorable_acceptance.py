@@ -30,7 +30,9 @@ def _with_document(request: accepting.BatchRequest, index: int, *, key: str | No
                    text: str | None = None) -> accepting.BatchRequest:  # fmt: skip
     documents = list(request.documents)
     old = documents[index]
-    documents[index] = accepting.DocumentInput(key=old.key if key is None else key, text=old.text if text is None else text)
+    documents[index] = accepting.DocumentInput(
+        key=old.key if key is None else key, text=old.text if text is None else text
+    )
     return dataclasses.replace(request, documents=documents)
 
 

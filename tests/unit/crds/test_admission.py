@@ -178,7 +178,7 @@ SCHEMA_REJECTS = [
         "spec.vllm.engineArgs.gpuMemoryUtilization: 1.5 is greater than the maximum of 0.99",
     ),
     # U+0000: valid JSON ("\u0000"), but PostgreSQL text cannot store it; the API server must refuse it.
-    ("NUL in text", _with(BATCH, "documents.1.text", "Invoice\x00 2"), "spec.documents.1.text: 'Invoice\\x00 2' does not"),
+    ("NUL in text", _with(BATCH, "documents.1.text", "Invoice\x00 2"), "spec.documents.1.text: 'Invoice\\x00 2'"),
     ("NUL in key", _with(BATCH, "documents.0.key", "inv\x001"), "spec.documents.0.key: 'inv\\x001' does not match"),
     (
         "NUL in manifest uri",
