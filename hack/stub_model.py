@@ -48,6 +48,8 @@ from aiohttp import web
 
 from lading.providers import builtin
 
+ANSWERS = ("malformed", "truncated")
+"""Faults that are answers: the request is admitted and counted against the limits like any other."""
 DOCUMENT = re.compile(r"<document-([0-9a-f]+)>\n(.*)\n</document-\1>", re.DOTALL)
 
 
@@ -64,6 +66,8 @@ class Stub:
         self.max_window_tokens = 0
         self.statuses: collections.Counter[int] = collections.Counter()
         self.refusals: collections.Counter[str] = collections.Counter()  # 429s of its own limits, by limit
+        self.bad_answers: collections.Counter[str] = collections.Counter()  # malformed / truncated answers given
+        self.budgets: collections.Counter[int] = collections.Counter()  # admitted requests by max_tokens
         self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
         self.admitted: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)  # (arrival, tokens)
         self.faults: list[dict[str, Any]] = []
@@ -78,8 +82,8 @@ class Stub:
         self.arrivals.append(arrived)
         body = await request.json()
         fault = self._next_fault()
-        if fault is not None:
-            return await self._fault(fault)
+        if fault is not None and fault["kind"] not in ANSWERS:
+            return await self._fault(fault)  # refused before any limit is consulted
         user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
         match = DOCUMENT.search(user)
         outcome = builtin.extract_text(match[2] if match else user)
@@ -105,7 +109,12 @@ class Stub:
         self.admitted.append((arrived, tokens))
         self.max_second_requests = max(self.max_second_requests, len(self.second))
         self._count(arrived, tokens)
+        self.budgets[max_tokens] += 1
 
+        if fault is not None:
+            self.statuses[200] += 1  # an answer, counted like any other
+            self.bad_answers[fault["kind"]] += 1
+            return await self._fault(fault, prompt_tokens=prompt_tokens)
         self.in_flight += 1
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
         try:
@@ -161,7 +170,7 @@ class Stub:
             self.faults.pop(0)
         return fault
 
-    async def _fault(self, fault: dict[str, Any]) -> web.StreamResponse:
+    async def _fault(self, fault: dict[str, Any], *, prompt_tokens: int = 10) -> web.StreamResponse:
         kind = fault["kind"]
         if kind == "429":
             self.statuses[429] += 1
@@ -179,12 +188,11 @@ class Stub:
             await self.closing.wait()
             raise web.HTTPServiceUnavailable()
         content = "{\"invoice_number\": " if kind == "truncated" else "this is not json"
-        self.statuses[200] += 1
         return web.json_response({
             "id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": self.args.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": "length" if kind == "truncated" else "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 5},
         })
 
     async def models(self, request: web.Request) -> web.Response:
@@ -219,6 +227,7 @@ class Stub:
             "max_window_tokens": self.max_window_tokens,
             "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
             "refusals": dict(self.refusals), "faults_left": sum(f["count"] for f in self.faults),
+            "bad_answers": dict(self.bad_answers), "budgets": {str(k): v for k, v in self.budgets.items()},
             "admitted": [list(a) for a in self.admitted],
         })
 

@@ -54,9 +54,10 @@ import dataclasses
 import enum
 import logging
 import math
+import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import asyncpg
@@ -77,6 +78,8 @@ PROMPT_OVERHEAD_TOKENS = 600
 """For a provider that cannot estimate its own request: instructions, schema and delimiters."""
 MAX_BATCH = 64
 """The most waiting attempts one query asks permits for."""
+MINUTE_ENV = "LADING_LIMITER_MINUTE_S"
+"""A scaled minute for tests against a stub with a scaled window (`LimiterSettings.from_environment`)."""
 
 
 class TokenAccounting(enum.StrEnum):
@@ -126,6 +129,25 @@ class LimiterSettings:
     """How often a process deletes permits that no longer count and re-reads the pool's limits."""
     max_batch: int = MAX_BATCH
     """The most waiting attempts of one process granted by one query."""
+    minute_s: float = 60.0
+    """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
+    window is scaled down (tests) has another; `from_environment` reads it."""
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> LimiterSettings:
+        """The defaults, or, with `LADING_LIMITER_MINUTE_S` set, a scaled minute: the per-minute limits
+        count over that many seconds (plus the same one-second margin) and pacing spreads them over it.
+        For tests against a stub that scales its window the same way; never needed in production."""
+        value = (os.environ if environ is None else environ).get(MINUTE_ENV)
+        if not value:
+            return cls()
+        try:
+            minute_s = float(value)
+        except ValueError:
+            raise ValueError(f"${MINUTE_ENV} must be a number of seconds, got {value!r}") from None
+        if not 1.0 <= minute_s <= 60.0:
+            raise ValueError(f"${MINUTE_ENV} must be between 1 and 60 seconds, got {value!r}")
+        return cls(minute_s=minute_s, window_s=minute_s + 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +218,7 @@ class PoolLimiter:
         self.db = db
         self.pool = pool
         self.limits = limits
-        self.settings = settings or LimiterSettings()
+        self.settings = settings or LimiterSettings.from_environment()
         self._asking = asyncio.Lock()  # FIFO: waiters are served in arrival order
         self._queue: collections.deque[_Waiter] = collections.deque()  # waiting attempts, in arrival order
         self._last_prune = time.monotonic()  # limits were just given; the first refresh is due later
@@ -208,7 +230,7 @@ class PoolLimiter:
     @property
     def per_second(self) -> int:
         """Requests allowed in any one second: `burst_s` seconds' worth of the per-minute rate."""
-        return max(1, int(self.limits.requests_per_minute * self.settings.burst_s / 60))
+        return max(1, int(self.limits.requests_per_minute * self.settings.burst_s / self.settings.minute_s))
 
     async def close(self) -> None:
         """Stop listening for other replicas' releases and give the connection back."""

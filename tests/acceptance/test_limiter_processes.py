@@ -2,6 +2,10 @@
 Three real worker processes, 100 concurrent attempts each, against one stub model server that
 enforces the same limits as the pool: the shared limiter keeps them together within the limits
 (no 429 ever), and a 429 the server forces pauses every worker until its cooldown ends.
+
+The hosted-API tests run the stub the way hosted APIs count (a request counts prompt +
+max_tokens when it arrives, for the whole window, refused requests too) over a window scaled
+down to 6 s; the workers scale their minute the same way (`LADING_LIMITER_MINUTE_S`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pytest
 from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
+from lading.samples import generator
 from tests.support import factories, processes, stub_model, waiting
 
 pytestmark = pytest.mark.slow
@@ -35,9 +40,13 @@ async def _setup(db: asyncpg.Connection, *, url: str, rpm: int, concurrency: int
 
 
 @contextlib.asynccontextmanager
-async def workers(database_url: str, log_dir: pathlib.Path, n: int = 3) -> AsyncIterator[None]:
+async def workers(
+        database_url: str, log_dir: pathlib.Path, n: int = 3, *, minute_s: float | None = None
+) -> AsyncIterator[None]:
+    env = {} if minute_s is None else {"LADING_LIMITER_MINUTE_S": str(minute_s)}
     started = [
-        await processes.start_worker(database_url, POOL, args=FAST, log=log_dir / f"worker-{i}.log") for i in range(n)
+        await processes.start_worker(database_url, POOL, args=FAST, log=log_dir / f"worker-{i}.log", env=env)
+        for i in range(n)
     ]
     try:
         yield
@@ -115,3 +124,85 @@ async def test_a_forced_429_pauses_every_worker_until_the_cooldown_ends(
     # ... so, once calls already on the wire have landed, nothing reached the server until it ended.
     assert [t for t in arrivals if cooling_from + 1.0 < t < cooldown_until - 0.1] == []
     assert any(t >= cooldown_until for t in arrivals)
+
+
+MINUTE_S = 6
+"""The scaled minute of the hosted-API tests: the stub's window and the workers' minute."""
+
+
+async def _setup_invoices(
+        db: asyncpg.Connection, *, url: str, rpm: int, tpm: int, concurrency: int, documents: int, max_attempts: int
+) -> None:
+    await factories.seed(db)
+    await registry.upsert_pool(
+        db, name=POOL, provider="openai-compatible", model="stub-model",
+        spec={"endpoint": {"url": url},
+              "limits": {"requestsPerMinute": rpm, "tokensPerMinute": tpm, "maxConcurrency": concurrency,
+                         "tokenAccounting": "reserved"}},
+    )  # fmt: skip
+    request = factories.batch_request(count=0, max_attempts=max_attempts)
+    texts = [s.text for s in generator.generate(documents, seed=3)]
+    inputs = [accepting.DocumentInput(key=f"inv-{i:04d}", text=t) for i, t in enumerate(texts)]
+    batch = accepting.BatchRequest(**{**request.__dict__, "documents": inputs})
+    await accepting.accept_batch(db, batch)
+
+
+async def _all_settled(db: asyncpg.Connection) -> bool:
+    return not await db.fetchval(
+        "SELECT count(*) FROM extraction_jobs WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
+    )
+
+
+async def test_against_a_hosted_api_counting_reservations_nothing_is_refused(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    # The tokens bind: each request reserves its prompt plus 4,096 output tokens (8,192 on the
+    # retry after a truncated answer), and the stub counts exactly that, strictly. Reconciling a
+    # reservation down to the usage the answer reported (as the limiter once did) draws 429s here.
+    rpm, tpm, concurrency, documents, truncated = 60, 240_000, 16, 60, 12
+    hosted = ("--accounting", "reserved", "--strict", "--window-s", str(MINUTE_S), "--latency-ms", "50",
+              "--rpm", str(rpm), "--tpm", str(tpm), "--concurrency", str(concurrency))
+    async with stub_model.running(*hosted) as stub:
+        await stub.fault("truncated", count=truncated)
+        await _setup_invoices(db, url=stub.url, rpm=rpm, tpm=tpm, concurrency=concurrency, documents=documents,
+                              max_attempts=3)
+        async with workers(database_url, tmp_path, minute_s=MINUTE_S):
+            await waiting.until(lambda: _all_settled(db), timeout_s=180)
+        stats = await stub.stats()
+    failed = await db.fetch(
+        "SELECT document_key, last_error_class FROM extraction_jobs WHERE state = 'FAILED_TERMINAL'"
+    )
+    limited = await db.fetchval("SELECT count(*) FROM job_attempts WHERE error_class = 'RATE_LIMITED'")
+    assert stats["statuses"].get("429", 0) == 0 and stats["refusals"] == {}  # the server never had to refuse
+    assert stats["bad_answers"] == {"truncated": truncated}
+    assert stats["budgets"]["8192"] == truncated  # each truncation retry asked for a doubled budget
+    assert stats["budgets"]["4096"] >= documents
+    assert (failed, limited) == ([], 0)
+    assert stats["max_window_tokens"] <= tpm and stats["max_window_requests"] <= rpm
+
+
+async def test_a_forced_429_storm_fails_no_job_and_every_job_finishes_after_it(
+        db: asyncpg.Connection, database_url: str, tmp_path: pathlib.Path
+) -> None:
+    # Two attempts per job, and a storm of 429s longer than that: every refused attempt is given back.
+    storm, documents, concurrency = 60, 60, 16
+    hosted = ("--accounting", "reserved", "--strict", "--window-s", str(MINUTE_S), "--latency-ms", "50",
+              "--concurrency", str(concurrency))
+    async with stub_model.running(*hosted) as stub:
+        await stub.fault("429", count=storm, retry_after=1)
+        await _setup_invoices(db, url=stub.url, rpm=100_000, tpm=100_000_000, concurrency=concurrency,
+                              documents=documents, max_attempts=2)
+        async with workers(database_url, tmp_path, minute_s=MINUTE_S):
+            await waiting.until(lambda: _all_settled(db), timeout_s=180)
+        stats = await stub.stats()
+    assert stats["statuses"].get("429", 0) == storm and stats["faults_left"] == 0
+    states = dict(await db.fetch("SELECT state, count(*) FROM extraction_jobs GROUP BY state"))
+    assert "FAILED_TERMINAL" not in states and sum(states.values()) == documents
+    limited = await db.fetchval("SELECT count(*) FROM job_attempts WHERE error_class = 'RATE_LIMITED'")
+    assert limited == storm  # each refusal recorded as an attempt ...
+    most = await db.fetchval("SELECT max(n) FROM (SELECT count(*) AS n FROM job_attempts GROUP BY job_id) a")
+    assert most > 2  # ... and some job was refused more often than its budget of two allows
+    assert await db.fetchval("SELECT max(attempt) FROM extraction_jobs") <= 2
+    # Every job finished after the storm: the stub refused its first `storm` requests, and answered
+    # every job after them.
+    assert stats["statuses"].get("200", 0) >= documents

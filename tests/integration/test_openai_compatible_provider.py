@@ -153,7 +153,8 @@ async def test_the_reservation_is_estimated_from_the_real_request(
     assert reserved.prompt_tokens >= len(sent_prompt) // limiting.CHARS_PER_TOKEN
     assert reserved.prompt_tokens <= len(sent_prompt) // limiting.CHARS_PER_TOKEN + 50
     # ... the document counted on top of the same overhead ...
-    assert longer.prompt_tokens - reserved.prompt_tokens == pytest.approx((30_000 - 9) / limiting.CHARS_PER_TOKEN, abs=2)
+    extra = longer.prompt_tokens - reserved.prompt_tokens
+    assert extra == pytest.approx((30_000 - 9) / limiting.CHARS_PER_TOKEN, abs=2)
     # ... and the output budget the request really asks for: doubled after a truncated answer.
     assert reserved.output_tokens == request.body["max_tokens"] == (4096 if previous else 2048)
 

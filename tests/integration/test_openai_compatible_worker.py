@@ -5,6 +5,8 @@ that reads the document out of the prompt and answers like a model that extracts
 
 from __future__ import annotations
 
+import itertools
+
 import asyncpg
 from aiohttp import web
 from lading_worker import running
@@ -208,5 +210,5 @@ async def test_rate_limited_and_overloaded_attempts_are_given_back_not_counted(
         ("ok", None),
     ]  # every attempt recorded; only two counted
     # Each refusal cooled the pool for its Retry-After: nothing was sent again before it ended.
-    gaps = [later - earlier for earlier, later in zip(arrivals[1:], arrivals[2:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals[1:])]
     assert len(gaps) == 4 and min(gaps) >= 0.95
