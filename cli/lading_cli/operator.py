@@ -25,6 +25,7 @@ import kopf
 from lading_operator import app, rendering, settings
 
 from lading import health
+from lading.delivery import egress
 
 POOL_NAMESPACES_ENV = "LADING_POOL_NAMESPACES"
 
@@ -92,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Secret key with the PostgreSQL URL, in each pool's namespace, for workers "
         f"(default {defaults.database_secret.name}:{defaults.database_secret.key})",
     )
+    parser.add_argument(
+        "--allow-vllm-metrics-override",
+        dest="vllm_metrics_override",
+        action="store_true",
+        help="honour a pool's lading.dev/vllm-metrics-url annotation (an operator outside the cluster); "
+        "the URL still passes the egress policy ($LADING_EGRESS_ALLOW). Default: the pool's Service only",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--standalone", dest="standalone", action="store_true", default=True, help="one replica (default)"
@@ -109,6 +117,8 @@ def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
         http=args.http,
         standalone=args.standalone,
         render=rendering.OperatorConfig(worker_image=args.worker_image, database_secret=args.db_secret),
+        vllm_metrics_override=args.vllm_metrics_override,
+        egress_allow=tuple(str(n) for n in egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])),
     )
 
 

@@ -1,7 +1,7 @@
 """
 How much more work a pool's provider can take right now: the `headroom` signal of the scaler.
 
-    vllm pool         GET <vLLM pod or Service>/metrics  ->  parse_vllm_metrics  ->  vllm_headroom
+    vllm pool         GET <the pool's vLLM Service>/metrics  ->  parse_vllm_metrics  ->  vllm_headroom
                       (requests running and waiting, KV-cache use, summed over model_name/engine)
     external pool     the database (lading.db.scaling.pool_signals): a pause in force, the
                       limiter's 429 cooldown, optionally the provider's x-ratelimit-remaining
@@ -12,6 +12,16 @@ for the pool's status). A scrape that fails in any way (refused, timeout, not 20
 Prometheus text, no vLLM metric in it) gives None, never an exception: unknown headroom does not
 stop scaling, the limits and the backlog still do. `scaling.decide` decides what the headroom
 means for the worker count; this module only measures.
+
+Where the metrics come from (`pool_vllm_load`): the pool's own Service, which the operator
+rendered. The annotation `lading.dev/vllm-metrics-url` names another URL (an operator running
+outside the cluster cannot reach the Service), but an annotation is written by whoever may edit
+the pool, so it is honoured only when the operator runs with `--allow-vllm-metrics-override`,
+and even then through the egress policy of deliveries (`lading.delivery.egress`: no loopback,
+private, link-local or metadata address unless $LADING_EGRESS_ALLOW allows it; names vetted by
+the resolver aiohttp connects through). An ignored or refused annotation is a Warning Event on
+the pool (once per verdict, not once per scrape) and no request; URLs appear in logs and Events
+only as `lading.urls.redacted` shows them.
 
 The vLLM metric names are those of vLLM 0.6 - 0.10 (`vllm:num_requests_running`,
 `vllm:num_requests_waiting`, `vllm:gpu_cache_usage_perc`, renamed `vllm:kv_cache_usage_perc` in the
@@ -27,9 +37,12 @@ import logging
 import math
 
 import aiohttp
+import kopf
 import prometheus_client.parser
 
-from lading_operator import scaling
+from lading import urls
+from lading.delivery import egress
+from lading_operator import events, scaling
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +61,14 @@ MAX_NUM_SEQS_DEFAULT = 256
 """vLLM's default --max-num-seqs, when the pool does not set engineArgs.maxNumSeqs."""
 RATE_LIMIT_COOLDOWN_S = 60.0
 """After a 429 without a Retry-After still pending, add no workers for this long."""
+
+METRICS_URL_ANNOTATION = "lading.dev/vllm-metrics-url"
+"""Another URL for a pool's vLLM metrics; honoured only with `--allow-vllm-metrics-override`."""
+METRICS_URL_IGNORED = "MetricsUrlIgnored"
+METRICS_URL_REFUSED = "MetricsUrlRefused"
+"""Event reasons on the pool: the annotation was ignored (no override flag) or refused (egress)."""
+REPORTED_MAX = 10_000
+"""Pools whose last metrics-URL verdict is remembered (to post each verdict once); bounded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,28 +124,97 @@ async def scrape_vllm(
         async with asyncio.timeout(timeout_s):
             async with session.get(url, allow_redirects=False) as response:
                 if response.status != 200:
-                    logger.info("vLLM metrics at %s: HTTP %d", url, response.status)
+                    logger.info("vLLM metrics at %s: HTTP %d", urls.redacted(url), response.status)
                     return None
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(64 * 1024):
                     size += len(chunk)
                     if size > max_bytes:
-                        logger.info("vLLM metrics at %s: larger than %d bytes", url, max_bytes)
+                        logger.info("vLLM metrics at %s: larger than %d bytes", urls.redacted(url), max_bytes)
                         return None
                     chunks.append(chunk)
                 body = b"".join(chunks)
     except TimeoutError:
-        logger.info("vLLM metrics at %s: no answer within %.1fs", url, timeout_s)
+        logger.info("vLLM metrics at %s: no answer within %.1fs", urls.redacted(url), timeout_s)
         return None
-    except aiohttp.ClientError as exc:
-        logger.info("vLLM metrics at %s: %s", url, type(exc).__name__)
+    except egress.EgressRefused:
+        raise  # the caller reports it on the pool
+    except (aiohttp.ClientError, OSError) as exc:
+        refused = egress.find_refusal(exc)
+        if refused is not None:
+            raise refused from None
+        logger.info("vLLM metrics at %s: %s", urls.redacted(url), urls.describe(exc))
         return None
     try:
         return parse_vllm_metrics(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        logger.info("vLLM metrics at %s: %s", url, str(exc)[:200])
+        logger.info("vLLM metrics at %s: %s", urls.redacted(url), str(exc)[:200])
         return None
+
+
+_reported: dict[str, str] = {}
+"""Pool uid -> the last metrics-URL verdict posted as an Event (each posted once, not per scrape)."""
+
+
+def _report(body: kopf.Body, *, reason: str, message: str) -> None:
+    uid = str(body.metadata.uid or f"{body.metadata.namespace}/{body.metadata.name}")
+    verdict = f"{reason}: {message}"
+    if _reported.get(uid) == verdict:
+        return
+    if len(_reported) >= REPORTED_MAX:
+        _reported.clear()
+    _reported[uid] = verdict
+    logger.warning("InferencePool %s/%s: %s", body.metadata.namespace, body.metadata.name, message)
+    events.warning(body, reason=reason, message=message)
+
+
+async def pool_vllm_load(
+        session: aiohttp.ClientSession,
+        *,
+        body: kopf.Body,
+        service_url: str,
+        override: bool,
+        egress_allow: tuple[str, ...] = (),
+        timeout_s: float = SCRAPE_TIMEOUT_S_DEFAULT,
+) -> VllmLoad | None:
+    """The load of a vllm pool from its own Service's metrics (`service_url`, rendered by the
+    operator), or from the annotation's URL when `override` (--allow-vllm-metrics-override) and
+    the egress policy allow it. None when unknown; an ignored or refused annotation is reported
+    on the pool and nothing is requested from it."""
+    annotated = (body.metadata.annotations or {}).get(METRICS_URL_ANNOTATION)
+    if not annotated:
+        _reported.pop(str(body.metadata.uid), None)
+        return await scrape_vllm(session, service_url, timeout_s=timeout_s)
+    shown = urls.redacted(annotated)
+    if not override:
+        _report(
+            body, reason=METRICS_URL_IGNORED,
+            message=f"annotation {METRICS_URL_ANNOTATION} ({shown}) ignored: the operator runs without "
+            "--allow-vllm-metrics-override; the pool's Service is scraped",
+        )  # fmt: skip
+        return await scrape_vllm(session, service_url, timeout_s=timeout_s)
+    allowed = egress.parse_cidrs(egress_allow)
+    try:
+        egress.vet_url(annotated, allowed=allowed)
+        token = egress.allowing(allowed)
+        try:
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=egress.VettingResolver(), use_dns_cache=False),
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            ) as vetted:
+                load = await scrape_vllm(vetted, annotated, timeout_s=timeout_s)
+        finally:
+            egress.reset(token)
+    except egress.EgressRefused as exc:
+        _report(
+            body, reason=METRICS_URL_REFUSED,
+            message=f"annotation {METRICS_URL_ANNOTATION} ({shown}) not scraped: {exc}; headroom unknown",
+        )  # fmt: skip
+        return None
+    _reported.pop(str(body.metadata.uid), None)
+    return load
 
 
 def vllm_headroom(

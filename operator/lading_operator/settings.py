@@ -32,6 +32,13 @@ class OperatorSettings:
     """One operator replica, no kopf peering. False: replicas coordinate through peering objects."""
     render: rendering.OperatorConfig = dataclasses.field(default_factory=rendering.OperatorConfig)
     """What the operator renders into pool objects (worker image, database Secret, ...)."""
+    vllm_metrics_override: bool = False
+    """Honour a pool's `lading.dev/vllm-metrics-url` annotation (`--allow-vllm-metrics-override`).
+    Off: the pool's own Service is scraped, so whoever may annotate a pool cannot make the operator
+    send requests elsewhere. On: for an operator outside the cluster; the URL is still vetted."""
+    egress_allow: tuple[str, ...] = ()
+    """CIDRs the operator's own requests (an overriding vLLM metrics URL) may reach although they
+    are not global ($LADING_EGRESS_ALLOW, the delivery allow-list)."""
 
     status_interval_s: float = 60.0
     """A running batch's counts and ages are written at most this often (a change of phase or of a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -63,8 +64,15 @@ async def test_vllm_pool_renders_owned_objects_and_corrects_drift(
 
 
 async def test_scaler_decisions_from_vllm_metrics_are_applied_to_the_worker_deployment(
-    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator_factory: Any
 ) -> None:
+    # The stub listens on loopback: the annotation is honoured only with the override and an allowance.
+    with operator_factory(vllm_metrics_override=True, egress_allow=("127.0.0.0/8",)) as handle:
+        await asyncio.get_running_loop().run_in_executor(None, handle.ready.wait, 30)
+        await _scaler_decisions_from_vllm_metrics(emulator, api)
+
+
+async def _scaler_decisions_from_vllm_metrics(emulator: kube_emulator.KubeEmulator, api: kube.Client) -> None:
     async with vllm_stub.running() as stub:
         stub.set_load(running=2, waiting=0, kv_cache=0.2)
         body = conftest.pool_body(
