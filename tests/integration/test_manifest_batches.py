@@ -261,7 +261,8 @@ async def test_a_file_manifest_outside_the_document_roots_is_refused(
     (tmp_path / "roots").mkdir()
     with pytest.raises(applying.InvalidManifest, match="outside the document directories of namespace acme"):
         await applying.admit_batch(
-            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path / "roots"),))
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()),
+            documents=DocumentSettings(roots=(str(tmp_path / "roots"),)),
         )
     with pytest.raises(applying.InvalidManifest, match="no document roots are configured"):
         await applying.admit_batch(db, batch((tmp_path / "acme" / "m.jsonl").as_uri()))
@@ -344,7 +345,8 @@ async def test_a_tampered_document_fails_terminally_with_a_digest_mismatch(
         samples[1].key,
     )
     assert attempt is not None and attempt["outcome"] == "terminal"
-    assert "does not match the manifest's sha256" in attempt["error"] and attempt["tokens_in"] is None  # the model was not called
+    assert "does not match the manifest's sha256" in attempt["error"]
+    assert attempt["tokens_in"] is None  # the model was not called
     found = await states(db)
     assert all(found[s.key][0] == s.expected_state for i, s in enumerate(samples) if i != 1)
 
