@@ -7,8 +7,8 @@ ExtractionBatch's `spec.manifestUri` (format: docs/large-batches.md).
 Every `*.txt` file under DOCS_DIR (recursively, in path order) becomes one line: the key is its
 path relative to DOCS_DIR without `.txt`, the URI is PREFIX + that relative path (default
 PREFIX: `file://` + DOCS_DIR's absolute path + `/`), plus the file's SHA-256 and size. Use
---uri-prefix for the path where the workers see the directory (`file:///data/acme/march/`: root /data, namespace acme) or for
-where it is served over HTTP (`https://files.example/march/`).
+--uri-prefix for the path where the workers see the directory (`file:///data/acme/march/`: root
+/data, namespace acme) or for where it is served over HTTP (`https://files.example/march/`).
 
     python hack/make_manifest.py --example [--check]   (re)write examples/large-batch/manifest.jsonl
 """
