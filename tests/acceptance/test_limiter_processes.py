@@ -175,7 +175,11 @@ async def test_against_a_hosted_api_counting_reservations_nothing_is_refused(
     limited = await db.fetchval("SELECT count(*) FROM job_attempts WHERE error_class = 'RATE_LIMITED'")
     assert stats["statuses"].get("429", 0) == 0 and stats["refusals"] == {}  # the server never had to refuse
     assert stats["bad_answers"] == {"truncated": truncated}
-    assert stats["budgets"]["8192"] == truncated  # each truncation retry asked for a doubled budget
+    # Each job truncated once was retried with a doubled budget (a retry truncated again is not retried).
+    truncated_jobs = await db.fetchval(
+        "SELECT count(DISTINCT job_id) FROM job_attempts WHERE error_class = 'OUTPUT_TRUNCATED'"
+    )
+    assert stats["budgets"]["8192"] == truncated_jobs >= truncated // 2
     assert stats["budgets"]["4096"] >= documents
     assert (failed, limited) == ([], 0)
     assert stats["max_window_tokens"] <= tpm and stats["max_window_requests"] <= rpm

@@ -11,6 +11,7 @@ import pytest
 from lading import limiting, metrics
 from lading.db import pool as dbpool
 from lading.ids import JobId, PoolName
+from lading.providers import base
 from tests.support import factories, waiting
 
 POOL = PoolName(factories.POOL)
@@ -19,11 +20,13 @@ _made: list[limiting.PoolLimiter] = []
 
 
 def limiter(db: asyncpg.Pool, *, rpm: int = 10_000, tpm: int = 10_000_000, concurrency: int = 1000,
-            ttl_s: float = 60.0, burst_s: float = 60.0) -> limiting.PoolLimiter:
+            ttl_s: float = 60.0, burst_s: float = 60.0,
+            accounting: limiting.TokenAccounting = limiting.TokenAccounting.RESERVED) -> limiting.PoolLimiter:
     made = limiting.PoolLimiter(
         db,
         pool=POOL,
-        limits=limiting.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, max_concurrency=concurrency),
+        limits=limiting.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, max_concurrency=concurrency,
+                               token_accounting=accounting),
         settings=limiting.LimiterSettings(permit_ttl_s=ttl_s, concurrency_poll_s=0.01, burst_s=burst_s),
     )
     _made.append(made)
@@ -184,3 +187,93 @@ async def test_changed_limits_reach_a_running_limiter(replicas: list[asyncpg.Poo
     await lim.refresh_limits(db)  # what the limiter does by itself every prune_every_s
     assert lim.limits.max_concurrency == 3
     assert isinstance(await ask(lim), limiting.Permit)
+
+
+
+async def test_one_query_grants_the_waiting_attempts_that_fit_in_arrival_order(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], tpm=1000)
+    asked = [(JobId(next(_job_ids)), 1, t) for t in (300, 300, 600, 100)]
+    permits, refusal = await lim.try_acquire_many(asked)
+    # The first two fit; the third does not, and the fourth, which would, is not served before it.
+    assert [p.tokens_reserved for p in permits] == [300, 300]
+    assert refusal is not None and refusal.reason == "tokens"
+    assert await limiting.usage(db, pool=POOL) == (2, 600, 2)
+
+
+async def test_concurrent_attempts_in_one_process_are_granted_in_batches(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], rpm=50)
+    asking: list[int] = []
+    original = lim.try_acquire_many
+
+    async def counted(asked: list[tuple[JobId, int, int]]) -> tuple[list[limiting.Permit], limiting.Refusal | None]:
+        asking.append(len(asked))
+        return await original(asked)
+
+    lim.try_acquire_many = counted  # type: ignore[method-assign]
+    async with asyncio.timeout(30):
+        permits = await asyncio.gather(*(lim.acquire(job_id=JobId(i), fence=1, tokens=10) for i in range(40)))
+    assert len({p.id for p in permits}) == 40
+    assert len(asking) < 40 and max(asking) > 1  # fewer queries than grants
+    assert await limiting.usage(db, pool=POOL) == (40, 400, 40)
+
+
+async def test_the_per_second_rollup_agrees_with_the_permits(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], accounting=limiting.TokenAccounting.USED)
+    permits = []
+    for _ in range(30):
+        permit = await ask(lim, tokens=100)
+        assert isinstance(permit, limiting.Permit)
+        permits.append(permit)
+    for i, permit in enumerate(permits[:20]):
+        await lim.release(permit, tokens_used=i)  # reconciled down (used accounting) ...
+    await lim.release(permits[20], tokens_used=None)  # ... or the reservation kept
+    rolled = await db.fetchrow("SELECT sum(requests) AS r, sum(tokens) AS t FROM limiter_seconds")
+    logged = await db.fetchrow(
+        "SELECT count(*) AS r, sum(coalesce(tokens_used, tokens_reserved)) AS t FROM limiter_permits"
+    )
+    assert (rolled["r"], rolled["t"]) == (logged["r"], logged["t"]) == (30, sum(range(20)) + 10 * 100)
+    assert await limiting.usage(db, pool=POOL) == (30, sum(range(20)) + 1000, 9)
+
+
+async def test_reserved_accounting_never_gives_a_reservation_back(replicas: list[asyncpg.Pool]) -> None:
+    lim = limiter(replicas[0])
+    permit = limiting.Permit(id=1, tokens_reserved=5000)
+    reservation = limiting.Reservation(prompt_tokens=1000, output_tokens=4000)
+
+    def counted(**usage: int | None) -> int | None:
+        return lim.counted_tokens(permit, reservation, sent_and_lost=False, **usage)  # type: ignore[arg-type]
+
+    assert counted(tokens_in=900, tokens_out=50) is None  # the provider counted 900 + 4000: less than reserved
+    assert counted(tokens_in=1500, tokens_out=50) == 5500  # a longer prompt than estimated: counted in full
+    assert counted(tokens_in=None, tokens_out=None) is None
+    used = limiter(replicas[0], accounting=limiting.TokenAccounting.USED)
+    assert used.counted_tokens(permit, reservation, tokens_in=900, tokens_out=50, sent_and_lost=False) == 950
+    assert used.counted_tokens(permit, reservation, tokens_in=900, tokens_out=50, sent_and_lost=True) is None
+
+
+async def test_the_providers_rate_limit_headers_tighten_the_local_view_until_they_reset(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], rpm=100, tpm=10_000)
+    assert isinstance(await ask(lim, tokens=1000), limiting.Permit)
+    # The provider has seen more than this pool sent (another client, or its own count): 500 left.
+    added = await lim.observe(base.RateLimitView(remaining_tokens=500, tokens_reset_s=1.0,
+                                                 remaining_requests=98, requests_reset_s=1.0))
+    assert added == (1, 8500)
+    assert (await limiting.usage(db, pool=POOL))[:2] == (100 - 98, 10_000 - 500)
+    refusal = await ask(lim, tokens=1000)
+    assert isinstance(refusal, limiting.Refusal) and refusal.reason == "tokens"
+    assert await lim.observe(base.RateLimitView(remaining_tokens=9000)) == (0, 0)  # looser: changes nothing
+    await waiting.until(lambda: _granted(lim), timeout_s=10)  # room again once the provider's window resets
+
+
+async def test_a_cooldown_reports_how_long_the_pool_now_cools(replicas: list[asyncpg.Pool]) -> None:
+    lim = limiter(replicas[0])
+    assert 9 < await lim.cool_down(10.0) <= 10.0
+    assert 9 < await lim.cool_down(1.0) <= 10.0  # a longer cooldown already set is kept
