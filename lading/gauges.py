@@ -1,14 +1,14 @@
 """
 Gauges read from PostgreSQL, refreshed by ONE elected process.
 
-Counts of jobs by state, the oldest eligible job's age per pool, the review queue and the
-outbox backlog are facts about the database, not about a process. If every worker replica
-exported them, Prometheus would hold N copies (and `sum()` would multiply them) while the
-database paid N times for the same queries. So every process runs a `GaugeRefresher`, but only
-the one holding a session-level advisory lock refreshes; the others export nothing for these
-gauges and retry the election each interval. The lock lives on a dedicated connection: when
-that process dies or loses its connection, PostgreSQL releases the lock and another replica
-takes over within one interval.
+Counts of jobs by state, the oldest eligible job's age per pool, the review queue, the outbox
+backlog and the deliveries waiting for a DeliveryEndpoint that does not exist are facts about
+the database, not about a process. If every worker replica exported them, Prometheus would hold
+N copies (and `sum()` would multiply them) while the database paid N times for the same
+queries. So every process runs a `GaugeRefresher`, but only the one holding a session-level
+advisory lock refreshes; the others export nothing for these gauges and retry the election each
+interval. The lock lives on a dedicated connection: when that process dies or loses its
+connection, PostgreSQL releases the lock and another replica takes over within one interval.
 
 Label values come from the database but are bounded: pools, tenants (registered through CRs)
 and the closed set of states. Series of pools or tenants that disappeared are removed at each
@@ -112,10 +112,12 @@ async def refresh(conn: asyncpg.Connection) -> None:
         review = await conn.fetchrow(queries.sql("gauge_review_queue"))
         outbox = await conn.fetchrow(queries.sql("gauge_outbox_backlog"))
         pools = await conn.fetch(queries.sql("gauge_pools"))
+        no_endpoint = await conn.fetch(queries.sql("gauge_deliveries_waiting_for_endpoint"))
     _replace(metrics.JOBS_BY_STATE, {(r["pool"], r["tenant"], r["state"]): float(r["n"]) for r in by_state})
     _replace(metrics.OLDEST_ELIGIBLE_AGE, {(r["pool"],): float(r["age_s"]) for r in oldest})
     _replace(metrics.POOL_PAUSED, {(r["pool"],): float(r["paused"]) for r in pools})
     _replace(metrics.POOL_COOLING, {(r["pool"],): float(r["cooling"]) for r in pools})
+    _replace(metrics.DELIVERIES_WAITING_FOR_ENDPOINT, {(r["tenant"],): float(r["n"]) for r in no_endpoint})
     assert review is not None and outbox is not None  # aggregates without GROUP BY: always one row
     metrics.REVIEW_QUEUE_SIZE.set(review["size"])
     metrics.REVIEW_QUEUE_OLDEST_AGE.set(review["oldest_age_s"])
@@ -146,6 +148,7 @@ def _clear() -> None:
     metrics.OLDEST_ELIGIBLE_AGE.clear()
     metrics.POOL_PAUSED.clear()
     metrics.POOL_COOLING.clear()
+    metrics.DELIVERIES_WAITING_FOR_ENDPOINT.clear()
     _published.clear()
     for gauge in (metrics.REVIEW_QUEUE_SIZE, metrics.REVIEW_QUEUE_OLDEST_AGE, metrics.OUTBOX_UNPUBLISHED,
                   metrics.OUTBOX_BACKLOG_OLDEST_AGE):

@@ -112,6 +112,12 @@ OUTBOX_BACKLOG_OLDEST_AGE = prom.Gauge(
     "lading_outbox_backlog_oldest_age_seconds",
     "Age of the oldest unpublished outbox event (from the database, whichever relay runs)",
 )
+DELIVERIES_WAITING_FOR_ENDPOINT = prom.Gauge(
+    "lading_deliveries_waiting_for_endpoint",
+    "Deliveries held back because their batch names a DeliveryEndpoint that does not exist, per tenant "
+    "(from the database; alarm when > 0)",
+    ["tenant"],
+)
 GAUGE_REFRESHES = prom.Counter(
     "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
 )

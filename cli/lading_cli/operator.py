@@ -50,6 +50,16 @@ def _namespaces(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return number
+
+
 def _listen(value: str) -> tuple[str, int]:
     try:
         return health.parse_listen(value)
@@ -100,6 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="honour a pool's lading.dev/vllm-metrics-url annotation (an operator outside the cluster); "
         "the URL still passes the egress policy ($LADING_EGRESS_ALLOW). Default: the pool's Service only",
     )
+    parser.add_argument(
+        "--max-concurrent-manifests",
+        type=_positive,
+        default=settings.MAX_CONCURRENT_MANIFESTS_DEFAULT,
+        metavar="N",
+        help="document manifests of large batches read at once; others wait, Pending "
+        f"(default {settings.MAX_CONCURRENT_MANIFESTS_DEFAULT})",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--standalone", dest="standalone", action="store_true", default=True, help="one replica (default)"
@@ -116,6 +134,7 @@ def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
         pool_namespaces=args.pool_namespaces,
         http=args.http,
         standalone=args.standalone,
+        max_concurrent_manifests=args.max_concurrent_manifests,
         render=rendering.OperatorConfig(worker_image=args.worker_image, database_secret=args.db_secret),
         vllm_metrics_override=args.vllm_metrics_override,
         egress_allow=tuple(str(n) for n in egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])),

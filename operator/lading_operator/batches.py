@@ -4,12 +4,21 @@ PostgreSQL, and the finalizer that cancels the batch's jobs on deletion.
 
 One reconcile loop per batch (a kopf daemon, started on create and on operator start alike):
 
-    not admitted ──▶ applying.admit_batch (tenant from the namespace, quota, acceptance)
+    not admitted ──▶ applying.admit_batch (tenant from the namespace, every rule of its quota, acceptance)
         │  rejected: Pending, Admitted=False with the core's reason; wait in the queue
         ▼
     admitted ─────▶ mirror spec.suspend into the batch and its jobs (`batches.set_suspended`);
                     read the batch's counts;
                     write status when it changed; sleep until woken or the interval passes
+
+A manifest batch (spec.manifestUri) is checked against its quota first, so a refused one downloads
+nothing; its manifest is then read holding no database connection and no tenant lock, at most
+`max_concurrent_manifests` at once (`Runtime.manifest_downloads`), and accepted like an inline batch of
+its size. Slow or stalled manifests therefore never starve the admission of other batches.
+
+A batch naming a DeliveryEndpoint that does not exist is admitted: its results wait, its Delivered
+condition is False with reason EndpointNotFound (and `lading_deliveries_waiting_for_endpoint` counts
+them), and it is looked at every status interval, so the condition clears soon after the endpoint appears.
 
 Admission is idempotent because acceptance is (keyed by tenant + `namespace/name/uid`): an
 operator killed mid-admission and restarted re-runs it and inserts nothing twice.
@@ -52,6 +61,7 @@ import pydantic
 from lading import applying, errors
 from lading.db import batches, fairness, jobs, observed, registry
 from lading.documents import fetching
+from lading.documents import manifests as document_manifests
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
@@ -220,21 +230,39 @@ class Reconciler:
         return None
 
     async def _admit(self, batch: specs.ExtractionBatch, tenant: TenantName | None) -> applying.AppliedBatch:
-        """Admission through the core; concurrent with other admissions of the tenant while its budget has
-        room for all of them, serialised otherwise (see runtime.TenantBudget)."""
+        """Admission through the core. A manifest batch is checked against its quota first (refused: nothing
+        is downloaded), then its manifest is read holding no database connection and no tenant lock, with
+        one of `manifest_downloads` permits, then it is accepted like an inline batch of that size."""
+        if batch.spec.manifest_uri is None:
+            return await self._accept(batch, tenant, manifest=None, jobs=len(batch.spec.documents or ()))
+        async with applying.read_manifest_for_admission(
+            self.rt.db, batch, documents=_documents(), downloads=self.rt.manifest_downloads
+        ) as spooled:
+            return await self._accept(batch, tenant, manifest=spooled, jobs=spooled.documents)
+
+    async def _accept(
+        self,
+        batch: specs.ExtractionBatch,
+        tenant: TenantName | None,
+        *,
+        manifest: document_manifests.Spooled | None,
+        jobs: int,
+    ) -> applying.AppliedBatch:
+        """The core's admission (every rule, then acceptance); concurrent with other admissions of the tenant
+        while its budget has room for all of them, serialised otherwise (see runtime.TenantBudget)."""
         if tenant is None:
             async with self.rt.db.acquire() as conn:
                 # Raises NoTenantQuota (or admits, if a quota just appeared).
-                return await applying.admit_batch(conn, batch, documents=_documents())
+                return await applying.admit_batch(conn, batch, manifest=manifest, documents=_documents())
         budget = self.rt.budgets[tenant]
-        jobs = len(batch.spec.documents or ())
         while True:
             async with budget.lock:
                 async with self.rt.db.acquire() as conn:
-                    limit = await registry.tenant_max_queued_jobs(conn, tenant=tenant)
-                    bytes_limit = await observed.tenant_max_queued_bytes(conn, tenant=tenant)
-                    concurrent = bytes_limit is None and batch.spec.documents is not None
-                    if concurrent and limit is not None:
+                    rules = await registry.tenant_rules(conn, tenant=tenant)
+                    # A byte limit (or a vanished quota): one at a time, and the core's check decides.
+                    concurrent = rules is not None and rules.max_queued_bytes is None
+                    if concurrent and rules is not None and rules.max_queued_jobs is not None:
+                        limit = rules.max_queued_jobs
                         fresh = time.monotonic() - budget.counted_at < runtime.BUDGET_SNAPSHOT_MAX_AGE_S
                         known = budget.known_queued
                         if known is None or not fresh or known + budget.reserved + jobs > limit:
@@ -242,9 +270,7 @@ class Reconciler:
                             budget.known_queued, budget.counted_at = known, time.monotonic()
                         concurrent = known + budget.reserved + jobs <= limit
                     if not concurrent and budget.reserved == 0:
-                        # Tight (or byte-limited): one at a time, and the core's check decides.
-                        await self._check_queued_bytes(conn, batch, tenant, bytes_limit)
-                        applied = await applying.admit_batch(conn, batch, documents=_documents())
+                        applied = await applying.admit_batch(conn, batch, manifest=manifest, documents=_documents())
                         budget.known_queued = None
                         return applied
                 if concurrent:
@@ -255,26 +281,11 @@ class Reconciler:
         admitted = False
         try:
             async with self.rt.db.acquire() as conn:
-                applied = await applying.admit_batch(conn, batch, documents=_documents())
+                applied = await applying.admit_batch(conn, batch, manifest=manifest, documents=_documents())
             admitted = applied.result.created
             return applied
         finally:
             budget.release(jobs, admitted=admitted)
-
-    async def _check_queued_bytes(
-        self, conn: asyncpg.Connection, batch: specs.ExtractionBatch, tenant: TenantName, limit: int | None
-    ) -> None:
-        """maxQueuedBytes: the core bounds queued jobs; the byte bound is checked here, before acceptance."""
-        if batch.spec.documents is None or limit is None:
-            return
-        size = sum(len(d.text.encode("utf-8")) for d in batch.spec.documents)
-        usage = await observed.tenant_usage(conn, tenant=tenant)
-        if usage.queued_bytes + size > int(limit):
-            raise applying.AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {usage.queued_bytes} bytes queued; {size} more would exceed "
-                f"maxQueuedBytes={limit}",
-            )
 
     async def pending(self, reason: str, message: str) -> None:
         generation = self.body.metadata.get("generation")
@@ -313,10 +324,15 @@ class Reconciler:
             if failed and failed != self.failures_at:
                 failures = await observed.batch_failures(conn, batch_id=current.batch_id, limit=RECENT_FAILURES)
             delivered = None
+            endpoint_missing = False
             if self.rt.has_deliveries and current.endpoint is not None:
                 delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
+                endpoint_missing = not await registry.endpoint_exists(conn, name=current.endpoint)
             budget = await fairness.tenant_budget(conn, tenant=self.tenant)
-        desired = self.status_of(current, failures=failures, delivered=delivered, suspend=suspend, budget=budget)
+        desired = self.status_of(
+            current, failures=failures, delivered=delivered, suspend=suspend, budget=budget,
+            endpoint_missing=endpoint_missing,
+        )  # fmt: skip
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
             if failures and failed > max(self.failures_at, 0):
@@ -338,8 +354,11 @@ class Reconciler:
             post = events.normal if phase == "Completed" else events.warning
             post(self.body, reason=phase, message=self._summary(current))
         self.seen = Observation(queued=queued, settled=settled)
-        if settled or suspend:
+        good = current.counts[JobState.SUCCEEDED] + current.counts[JobState.REVIEW_REQUIRED]
+        delivering = delivered is not None and delivered < good
+        if (settled or suspend) and not delivering:
             return self.rt.settings.idle_interval_s
+        # Work or deliveries remain (among them deliveries waiting for a DeliveryEndpoint to appear).
         return self.rt.settings.status_interval_s
 
     def _summary(self, current: observed.ObservedBatch) -> str:
@@ -357,6 +376,7 @@ class Reconciler:
         delivered: int | None,
         suspend: bool,
         budget: fairness.TenantBudget | None = None,
+        endpoint_missing: bool = False,
     ) -> dict[str, Any]:
         c = current.counts
         generation = self.body.metadata.get("generation")
@@ -388,7 +408,15 @@ class Reconciler:
                 previous, type="Complete", value=settled, reason=complete_reason, generation=generation
             ),
         ]  # fmt: skip
-        if delivered is not None:
+        if endpoint_missing:
+            waiting = good - (delivered or 0)
+            conds.append(conditions.condition(
+                previous, type="Delivered", value=False, reason="EndpointNotFound",
+                message=f"DeliveryEndpoint {current.endpoint} does not exist; {waiting} result(s) wait for it "
+                f"({delivered or 0} of {good} delivered)",
+                generation=generation,
+            ))  # fmt: skip
+        elif delivered is not None:
             conds.append(conditions.condition(
                 previous, type="Delivered", value=delivered >= good and settled,
                 reason="AllDelivered" if delivered >= good and settled else "DeliveriesPending",

@@ -93,6 +93,11 @@ class Runtime:
     mirrored: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     """(pool namespace, DeliveryEndpoint 'namespace/name') -> sha256 of the signing secret mirrored there
     (mirroring.py; a digest, never a value)."""
+    manifest_downloads: asyncio.Semaphore = dataclasses.field(init=False)
+    """Permits to read a batch's document manifest (settings.max_concurrent_manifests)."""
+
+    def __post_init__(self) -> None:
+        self.manifest_downloads = asyncio.Semaphore(self.settings.max_concurrent_manifests)
 
     def wakeup(self, key: ObjectKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())

@@ -12,6 +12,10 @@ from lading_operator import rendering
 POOL_NAMESPACE_DEFAULT = "lading-system"
 
 
+MAX_CONCURRENT_MANIFESTS_DEFAULT = 4
+"""A few manifests at once: enough to keep a link busy, few enough that the spools stay small."""
+
+
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:
     database_url: str
@@ -58,3 +62,7 @@ class OperatorSettings:
     """The API server ends each watch after this long and kopf re-lists: stale watches heal."""
     db_pool_max: int = 10
     """Connections the operator holds; admissions and status reads are short."""
+    max_concurrent_manifests: int = MAX_CONCURRENT_MANIFESTS_DEFAULT
+    """Document manifests of large batches read at once. A read may take minutes (up to 1 GiB, within
+    the manifest timeout) and holds no database connection; the bound keeps the operator's network,
+    disk and memory for the rest of its work. A batch beyond it waits, Pending, for a slot."""

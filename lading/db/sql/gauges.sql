@@ -37,3 +37,14 @@ SELECT name AS pool,
        (paused OR coalesce(paused_until > now(), false)) AS paused,
        coalesce(cooldown_until > now(), false) AS cooling
   FROM pools;
+
+-- name: gauge_deliveries_waiting_for_endpoint
+-- Per tenant: deliveries due or retrying whose DeliveryEndpoint is not registered (the batch named
+-- one that does not exist, or it was deleted). The claim skips them, so they wait, invisible to every
+-- other metric, until the endpoint appears. Reads the partial index of due deliveries only.
+SELECT j.tenant, count(*)::bigint AS n
+  FROM deliveries d
+  JOIN extraction_jobs j ON j.id = d.job_id
+ WHERE d.state IN ('PENDING', 'RETRY_SCHEDULED')
+   AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = d.endpoint)
+ GROUP BY j.tenant;

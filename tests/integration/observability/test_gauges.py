@@ -1,10 +1,12 @@
 """The database gauges: one elected refresher across processes, values that match the database."""
 
+import dataclasses
+
 import asyncpg
 import pytest
 
 from lading import accepting, gauges, metrics
-from lading.db import jobs
+from lading.db import jobs, registry
 from lading.ids import WorkerId
 from tests.support import factories
 
@@ -66,3 +68,23 @@ async def test_values_follow_the_database(db: asyncpg.Connection, database_url: 
         await refresher._resign()
     # A process that is not the leader exports no values.
     assert sample("lading_jobs", pool=factories.POOL, tenant=factories.TENANT, state="READY") is None
+
+
+async def test_deliveries_waiting_for_a_missing_endpoint_are_counted_per_tenant(
+    db: asyncpg.Connection, database_url: str
+) -> None:
+    await factories.seed(db)
+    request = dataclasses.replace(factories.batch_request(count=3), endpoint="acme/erp")
+    await accepting.accept_batch(db, request)
+    await db.execute("UPDATE extraction_jobs SET state = 'SUCCEEDED', finished_at = now()")  # deliveries: trigger
+    assert await db.fetchval("SELECT count(*) FROM deliveries WHERE state = 'PENDING'") == 3
+    refresher = gauges.GaugeRefresher(database_url)
+    try:
+        assert await refresher.run_once()
+        assert sample("lading_deliveries_waiting_for_endpoint", tenant=factories.TENANT) == 3
+        # The endpoint appears: nothing waits for it any more, and the series is gone.
+        await registry.upsert_endpoint(db, name="acme/erp", url="https://erp.example/hook", spec={})
+        await refresher.run_once()
+        assert sample("lading_deliveries_waiting_for_endpoint", tenant=factories.TENANT) is None
+    finally:
+        await refresher._resign()
