@@ -307,3 +307,14 @@ def test_the_operator_may_finalize_tenant_quotas(values: pathlib.Path | None) ->
     cluster = _rules(values, "ClusterRole")
     assert ("lading.dev", "tenantquotas", "patch") in cluster
     assert ("lading.dev", "tenantquotas/finalizers", "update") in cluster
+
+
+def test_manifest_downloads_are_bounded_by_a_value() -> None:
+    from lading_cli import main as cli
+
+    args = _operator_args()
+    assert args[args.index("--max-concurrent-manifests") + 1] == "4"
+    args = _operator_args("--set", "operator.maxConcurrentManifests=9")
+    assert cli.build_parser().parse_args(args).max_concurrent_manifests == 9
+    refused = run_helm("template", "lading", str(CHART), "--set", "operator.maxConcurrentManifests=0")
+    assert refused.returncode != 0 and "maxConcurrentManifests" in refused.stderr
