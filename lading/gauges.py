@@ -123,6 +123,7 @@ async def refresh(conn: asyncpg.Connection) -> None:
     metrics.REVIEW_QUEUE_OLDEST_AGE.set(review["oldest_age_s"])
     metrics.OUTBOX_UNPUBLISHED.set(outbox["unpublished"])
     metrics.OUTBOX_BACKLOG_OLDEST_AGE.set(outbox["oldest_age_s"])
+    metrics.OUTBOX_SET_ASIDE.set(outbox["set_aside"])
     metrics.GAUGE_REFRESHES.inc()
 
 

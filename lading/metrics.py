@@ -112,6 +112,11 @@ OUTBOX_BACKLOG_OLDEST_AGE = prom.Gauge(
     "lading_outbox_backlog_oldest_age_seconds",
     "Age of the oldest unpublished outbox event (from the database, whichever relay runs)",
 )
+OUTBOX_SET_ASIDE = prom.Gauge(
+    "lading_outbox_set_aside",
+    "Outbox events set aside because PostgreSQL refused to record their fate (UNSTORABLE); they wait for a "
+    "human, not the relay (from the database; alarm when > 0)",
+)
 DELIVERIES_WAITING_FOR_ENDPOINT = prom.Gauge(
     "lading_deliveries_waiting_for_endpoint",
     "Deliveries held back because their batch names a DeliveryEndpoint that does not exist, per tenant "

@@ -24,9 +24,12 @@ SELECT count(*)::bigint AS size, coalesce(extract(epoch FROM now() - min(updated
  WHERE state = 'REVIEW_REQUIRED';
 
 -- name: gauge_outbox_backlog
--- Events not yet published, and the age of the oldest (from the unpublished index).
-SELECT count(*)::bigint AS unpublished,
-       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age_s
+-- Events waiting for the relay, and the age of the oldest (from the unpublished index); and the
+-- events set aside as unstorable (migration 0015), which wait for a human instead.
+SELECT count(*) FILTER (WHERE set_aside_at IS NULL)::bigint AS unpublished,
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8
+           AS oldest_age_s,
+       count(*) FILTER (WHERE set_aside_at IS NOT NULL)::bigint AS set_aside
   FROM outbox_events
  WHERE published_at IS NULL;
 

@@ -137,11 +137,13 @@ SELECT count(*)::bigint AS size, min(updated_at) AS oldest_at,
  WHERE state = 'REVIEW_REQUIRED';
 
 -- name: outbox_backlog_report
--- Events not yet published, and the oldest of them, from the unpublished index.
+-- Events waiting for the relay, and the oldest of them, from the unpublished index. Events set
+-- aside as unstorable (migration 0015) wait for a human, not the relay: they are not backlog.
 WITH oldest AS (
-    SELECT created_at FROM outbox_events WHERE published_at IS NULL ORDER BY id LIMIT 1
+    SELECT created_at FROM outbox_events WHERE published_at IS NULL AND set_aside_at IS NULL ORDER BY id LIMIT 1
 )
-SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL)::bigint AS unpublished,
+SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_aside_at IS NULL)::bigint
+           AS unpublished,
        (SELECT created_at FROM oldest) AS oldest_at,
        extract(epoch FROM now() - (SELECT created_at FROM oldest))::float8 AS oldest_age_s;
 

@@ -88,3 +88,23 @@ async def test_deliveries_waiting_for_a_missing_endpoint_are_counted_per_tenant(
         assert sample("lading_deliveries_waiting_for_endpoint", tenant=factories.TENANT) is None
     finally:
         await refresher._resign()
+
+
+async def test_outbox_events_set_aside_are_counted_apart_from_the_backlog(
+    db: asyncpg.Connection, database_url: str
+) -> None:
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=1))
+    backlog = await db.fetchval("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
+    assert backlog >= 1
+    await db.execute(
+        "UPDATE outbox_events SET set_aside_at = now(), error_class = 'UNSTORABLE', error = 'DataError 22021' "
+        "WHERE id = (SELECT min(id) FROM outbox_events)"
+    )
+    refresher = gauges.GaugeRefresher(database_url)
+    try:
+        assert await refresher.run_once()
+        assert sample("lading_outbox_set_aside") == 1
+        assert sample("lading_outbox_unpublished") == backlog - 1
+    finally:
+        await refresher._resign()
