@@ -33,6 +33,7 @@ import pydantic
 import yaml
 
 from lading import errors
+from lading.db import storable
 from lading.models import specs
 
 R_co = TypeVar("R_co", bound=specs.Resource, covariant=True)
@@ -144,6 +145,8 @@ class _Loader:
                     self._add_document(data, source=source, document=index, item=None)
         except yaml.YAMLError as exc:
             self.problems.append(_yaml_problem(exc, source=source, document=index + 1))
+        except RecursionError:  # PyYAML's parser and constructor recurse once per level of nesting
+            self.problems.append(f"{source}: document {index + 1}: invalid YAML: nested too deeply")
 
     def _add_document(self, data: object, *, source: str, document: int, item: int | None) -> None:
         location = _location(source, document, item)
@@ -498,7 +501,9 @@ def _type_args(annotation: Any) -> Iterator[Any]:
 def _summary(problems: Sequence[str]) -> str:
     count = len(problems)
     lines = [f"{count} problem{'s' if count != 1 else ''} in manifests:"]
-    lines.extend(f"  {problem}" for problem in problems[:MAX_PROBLEMS_SHOWN])
+    # Escaped: a name or kind as written may hold U+0000 or a lone surrogate, and a message that
+    # cannot be encoded as UTF-8 would fail where it is printed or logged instead of being read.
+    lines.extend(f"  {storable.escaped(problem)}" for problem in problems[:MAX_PROBLEMS_SHOWN])
     if count > MAX_PROBLEMS_SHOWN:
         lines.append(f"  … and {count - MAX_PROBLEMS_SHOWN} more")
     return "\n".join(lines)
