@@ -6,7 +6,7 @@ Out (relay): one persistent AMQP message per outbox row. `message_id` is the row
 payload as JSON, and headers carry the tenant, batch and job ids for tracing.
 
 In (ingress): a message is an event only if it has a UUID `message_id`, a versioned type
-(`batch.accepted.v1`) and a JSON object body of bounded size that PostgreSQL can store (no
+(`batch.accepted.v1`) and a JSON object body of bounded size and nesting that PostgreSQL can store (no
 U+0000 in a string or a key, no integer beyond 64 bits: the inbox keeps the payload as jsonb);
 the types the ingress acts on must also carry the ids it needs. Anything else is `Unparseable`
 and goes to the dead-letter queue: retrying it could never succeed. The digest that decides
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import uuid
 from typing import Any
@@ -31,6 +32,10 @@ from lading.db import outbox, storable
 
 MAX_BODY_BYTES = 1 << 20
 """Largest event body the ingress accepts (1 MiB). Events carry ids and states, not documents."""
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects in an event body. Events are a few levels deep; orjson,
+which writes the digest and the inbox's jsonb, refuses past 254 levels (a TypeError, not a data
+error), so a deeper body would never be recorded nor dead-lettered."""
 BATCH_ACCEPTED = "batch.accepted.v1"
 _TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$")
 _TRACE_HEADERS = {"tenant": "lading-tenant", "batch_id": "lading-batch-id", "job_id": "lading-job-id"}
@@ -90,11 +95,15 @@ def parse(message: aio_pika.abc.AbstractIncomingMessage) -> Event:
     if len(message.body) > MAX_BODY_BYTES:
         raise Unparseable(f"event {event_id} body is {len(message.body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
-        payload = orjson.loads(message.body)
-    except orjson.JSONDecodeError as exc:
+        payload = _loads(message.body)
+    except RecursionError:
+        raise Unparseable(f"event {event_id} body is nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:
         raise Unparseable(f"event {event_id} body is not JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise Unparseable(f"event {event_id} body is JSON {type(payload).__name__}, not an object")
+    if _depth(payload) > MAX_DEPTH:
+        raise Unparseable(f"event {event_id} body is nested more than {MAX_DEPTH} levels deep")
     reason = storable.unstorable_reason(payload, where="body")
     if reason is not None:
         raise Unparseable(f"event {event_id} cannot be stored: {reason}")
@@ -106,6 +115,30 @@ def parse(message: aio_pika.abc.AbstractIncomingMessage) -> Event:
         digest=digest(type=type_, payload=payload),
         redelivered=bool(message.redelivered),
     )
+
+
+def _loads(body: bytes) -> Any:
+    """Strict JSON, integers kept exact. Not orjson: it reads an integer past 64 bits as a float,
+    silently changing the value instead of letting the storable check refuse it."""
+    return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0); iterative, whatever the depth."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def _require_ids(event_id: uuid.UUID, type_: str, payload: dict[str, Any]) -> None:

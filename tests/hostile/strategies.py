@@ -103,6 +103,9 @@ class ModelAnswer:
     def __repr__(self) -> str:
         return _short_repr(self)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # how hypothesis prints an example
+        printer.text(_short_repr(self))
+
     def http_body(self, valid: dict[str, Any]) -> bytes:
         """The bytes the stub sends for a document whose valid answer is `valid`."""
         if self.body is not None:
@@ -254,6 +257,9 @@ class BrokerMessage:
     def __repr__(self) -> str:
         return _short_repr(self)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # how hypothesis prints an example
+        printer.text(_short_repr(self))
+
 
 EVENT_TYPES = st.sampled_from(["extraction.completed.v1", "batch.accepted.v1", "extraction.failed.v1", "x.v1"])
 _SHORT = ANY_TEXT.map(lambda t: dumps(t)[1:-1][:200])
@@ -298,9 +304,18 @@ def broker_messages(draw: st.DrawFn) -> BrokerMessage:
 
 
 HUGE_MESSAGES = (
-    BrokerMessage("huge", b'{"job_id": 1, "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}', None, "extraction.completed.v1"),
+    BrokerMessage("huge", b'{"job_id": 1, "pad": "' + b"x" * (2 << 20) + b'"}', str(uuid.uuid4()),
+                  "extraction.completed.v1"),
 )
-"""Past the ingress's 1 MiB body limit (the message id is filled in when published)."""
+"""Past the ingress's 1 MiB body limit, otherwise a valid event."""
+FOUND_MESSAGES = (
+    BrokerMessage("deep", b'{"job_id": 1, "x": ' + b"[" * 300 + b"]" * 300 + b"}", str(uuid.uuid4()),
+                  "extraction.completed.v1"),
+    BrokerMessage("huge-int", b'{"job_id": 1, "fence": 18446744073709551616}', str(uuid.uuid4()),
+                  "extraction.completed.v1"),
+)
+"""Messages that once wedged the consumer (nested past orjson's 254 levels: never acked nor
+dead-lettered) or were recorded changed (an integer past 64 bits read as a float)."""
 
 
 # --- Webhook bodies.
@@ -326,6 +341,9 @@ class WebhookBody:
 
     def __repr__(self) -> str:
         return _short_repr(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # how hypothesis prints an example
+        printer.text(_short_repr(self))
 
     def encoded(self, valid: bytes) -> bytes:
         if self.raw is not None:

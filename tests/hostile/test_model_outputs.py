@@ -75,6 +75,9 @@ class Pipeline:
     round: Round | None = None
     numbers: itertools.count[int] = dataclasses.field(default_factory=itertools.count)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # printed with a failing example: keep it short
+        printer.text("<Pipeline>")
+
     def document(self) -> str:
         """A fresh good document text (unique, so the stub can tell documents apart by text)."""
         n = next(self.numbers)

@@ -73,6 +73,15 @@ def test_a_valid_message_parses_into_an_event() -> None:
         (b'{"job_id": "3"}', str(uuid.UUID(int=1)), "extraction.completed.v1", "no positive integer 'job_id'"),
         (b'{"pool": "p"}', str(uuid.UUID(int=1)), "batch.accepted.v1", "no positive integer 'batch_id'"),
         (b"{" + b" " * messages.MAX_BODY_BYTES + b"}", str(uuid.UUID(int=1)), "x.v1", "the limit is"),
+        # orjson read an integer past 64 bits as a float: recorded with its value changed.
+        (b'{"job_id": 3, "fence": 18446744073709551616}', str(uuid.UUID(int=1)), "extraction.completed.v1",
+         "body.fence: integer out of range"),
+        (b'{"job_id": 3, "n": -1' + b"0" * 30 + b"}", str(uuid.UUID(int=1)), "x.v1", "body.n: integer out of range"),
+        (b'{"job_id": 3, "n": NaN}', str(uuid.UUID(int=1)), "x.v1", "NaN is not JSON"),
+        # Past orjson's 254 levels the digest raised TypeError: never recorded, never dead-lettered.
+        (b'{"job_id": 3, "x": ' + b"[" * 300 + b"]" * 300 + b"}", str(uuid.UUID(int=1)), "extraction.completed.v1",
+         "nested more than 64 levels deep"),
+        (b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", str(uuid.UUID(int=1)), "x.v1", "nested more than 64"),
     ],
 )
 def test_a_message_that_is_not_an_event_is_refused_with_a_reason(
