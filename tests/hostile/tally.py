@@ -15,10 +15,17 @@ import collections
 
 TRIED: collections.Counter[str] = collections.Counter()
 WEDGED: collections.Counter[str] = collections.Counter()
+ENDED: collections.Counter[tuple[str, str]] = collections.Counter()
+"""How inputs ended, by kind (admitted, refused with which reason, ...): shows the suite reaches
+both sides of each invariant, not only the refusals."""
 
 
 def tried(kind: str, count: int = 1) -> None:
     TRIED[kind] += count
+
+
+def ended(kind: str, how: str) -> None:
+    ENDED[(kind, how)] += 1
 
 
 def wedged(pipeline: str) -> None:
@@ -35,7 +42,12 @@ def check(pipeline: str, ok: bool, message: str) -> None:
 def summary() -> list[str]:
     tried_text = ", ".join(f"{kind} {count}" for kind, count in sorted(TRIED.items()))
     wedged_text = ", ".join(f"{kind} {count}" for kind, count in sorted(WEDGED.items()))
+    endings = [
+        f"  {kind}: " + ", ".join(f"{how} {n}" for (k, how), n in sorted(ENDED.items()) if k == kind)
+        for kind in sorted({k for k, _ in ENDED})
+    ]
     return [
         f"hostile inputs tried: {tried_text or 'none'}",
+        *endings,
         f"wedged pipelines {sum(WEDGED.values())}" + (f" ({wedged_text})" if wedged_text else ""),
     ]
