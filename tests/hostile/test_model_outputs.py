@@ -170,6 +170,9 @@ async def pipeline(db: asyncpg.Connection, dbpool: asyncpg.Pool) -> AsyncIterato
 
 def _check(states: dict[str, str], hostile: list[strategies.ModelAnswer]) -> None:
     assert len(states) == sum(1 for k in states if k.startswith("good-")) + len(hostile)
+    for key, state in states.items():
+        if key.startswith("hostile-"):
+            tally.ended("model-output", state)
     stuck = {k: s for k, s in states.items() if s not in SETTLED}
     tally.check("worker", not stuck, f"jobs not settled: {stuck}")
     assert {k: s for k, s in states.items() if k.startswith("good-")} == {
