@@ -23,15 +23,20 @@ How an attempt's outcome is classified:
     time-out or error after connect  retry, but AMBIGUOUS: the receiver may     breaker failure
                                      have applied it without answering
 
-A retry is scheduled by `lading.jobs.retry.decide` (full jitter, Retry-After) inside the
-endpoint's budget (`retryBudget.maxAttempts`, `maxAgeSeconds` from the first attempt). When
+A retry is scheduled by the one retry policy (`lading.jobs.retry.RetryPolicy`: full jitter,
+Retry-After) built from the endpoint's budget (`retryBudget.maxAttempts`, `maxAgeSeconds` from
+the first attempt) and the dispatcher's backoff settings (`Budget.policy`). When
 the budget is spent, a delivery with any ambiguous attempt in it becomes UNKNOWN_EXTERNAL (a
 human reconciles, then `lading deliveries redeliver|resolve`), any other FAILED_TERMINAL.
 The model is never called again: a delivery is built from the stored result.
 
 A dispatcher that dies mid-request leaves an IN_FLIGHT row whose lease runs out; `reap_once`
-(any replica) moves it on as an ambiguous attempt. Each loop is safe in many replicas:
-claims use SKIP LOCKED, every write is a compare-and-set.
+(any replica) moves it on as an ambiguous attempt. The loops, each named and each safe in many
+replicas (claims use SKIP LOCKED, every write is a compare-and-set):
+
+    delivery lane N      run_once: claim, send, record; again at once while there was work
+    delivery reaper      reap_once every reap_interval_s
+    delivery health      refresh_health (gauges, missing secrets) every health_interval_s
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import logging
 import secrets as pysecrets
 import time
 import types
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -52,7 +57,7 @@ import aiohttp.abc
 import asyncpg
 import yarl
 
-from lading import failpoints, logs, metrics, tracing
+from lading import failpoints, logs, looping, metrics, tracing
 from lading import settings as lading_settings
 from lading.db import conflicts, deliveries, storable
 from lading.delivery import breaker, building, egress
@@ -107,6 +112,20 @@ class Budget:
             max_attempts=int(raw.get("maxAttempts") or specs.RETRY_MAX_ATTEMPTS_DEFAULT),
             max_age_s=float(raw.get("maxAgeSeconds") or specs.RETRY_MAX_AGE_S_DEFAULT),
         )
+
+    def policy(self, settings: lading_settings.DeliverySettings) -> retry.RetryPolicy:
+        """The retry policy of a delivery inside this budget: the budget's attempts, the
+        dispatcher's backoff, and a whole attempt (`total_timeout_s`) fitting before its end."""
+        return retry.RetryPolicy(
+            max_attempts=self.max_attempts,
+            base_s=settings.backoff_base_s,
+            cap_s=settings.backoff_cap_s,
+            attempt_timeout_s=settings.total_timeout_s,
+        )
+
+    def deadline(self, first_attempt_at: dt.datetime) -> dt.datetime:
+        """When the budget's age runs out: `max_age_s` after the first attempt."""
+        return first_attempt_at + dt.timedelta(seconds=self.max_age_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,17 +227,10 @@ def decide(
         return deliveries.Finish(to=DeliveryState.DELIVERED, outcome="delivered", **common)
     if outcome.kind in (REFUSED, EGRESS, INVALID):
         return deliveries.Finish(to=DeliveryState.FAILED_TERMINAL, outcome="failed", **common)
-    policy = lading_settings.AttemptSettings(
-        timeout_s=settings.total_timeout_s,
-        max_attempts=budget.max_attempts,
-        backoff_base_s=settings.backoff_base_s,
-        backoff_cap_s=settings.backoff_cap_s,
-    )
-    decision = retry.decide(
+    decision = budget.policy(settings).decide(
         attempt=claimed.budget_attempts,
         now=now,
-        deadline_at=claimed.first_attempt_at + dt.timedelta(seconds=budget.max_age_s),
-        settings=policy,
+        deadline_at=budget.deadline(claimed.first_attempt_at),
         retry_after_s=outcome.retry_after_s,
         **({} if rand is None else {"rand": rand}),
     )
@@ -281,8 +293,6 @@ class Dispatcher:
         self._vetted: dict[tuple[str, tuple[egress.IPNetwork, ...]], yarl.URL | egress.EgressRefused] = {}
         """vet_url's verdict per (URL, allowance): pure, so computed once per endpoint URL. Names are
         still resolved and vetted on every attempt, by the resolver."""
-        self._last_health = 0.0
-        self._last_reap = 0.0
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -659,14 +669,10 @@ class Dispatcher:
                 reaps: list[deliveries.Reap] = []
                 for lease in expired:
                     budget = Budget.of(lease.endpoint_spec)
-                    decision = retry.decide(
+                    decision = budget.policy(s).decide(
                         attempt=max(lease.budget_attempts, 1),
                         now=lease.now,
-                        deadline_at=lease.first_attempt_at + dt.timedelta(seconds=budget.max_age_s),
-                        settings=lading_settings.AttemptSettings(
-                            timeout_s=s.total_timeout_s, max_attempts=budget.max_attempts,
-                            backoff_base_s=s.backoff_base_s, backoff_cap_s=s.backoff_cap_s,
-                        ),
+                        deadline_at=budget.deadline(lease.first_attempt_at),
                     )
                     if decision.retry and decision.at is not None:
                         reaps.append(deliveries.Reap(lease.id, lease.fence, DeliveryState.RETRY_SCHEDULED,
@@ -699,46 +705,59 @@ class Dispatcher:
             if waiting:
                 logger.warning("%d deliveries to %s wait for a signing secret", waiting, name)
 
+    def loops(self, stop: asyncio.Event) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """The dispatcher's named loops, for a process's task list: `lanes` claim/send/record lanes,
+        the delivery reaper and the health refresh. Each runs until `stop`; the caller closes the
+        dispatcher (its HTTP session) once they have all ended."""
+        s = self.settings
+        lanes = max(1, s.lanes)
+        named: list[tuple[str, Coroutine[Any, Any, None]]] = [
+            (f"delivery lane {i}", self._lane(stop, limit=max(1, s.concurrency // lanes))) for i in range(lanes)
+        ]
+        named.append(("delivery reaper", self._every(stop, self.reap_once, name="Delivery reaper",
+                                                     interval_s=s.reap_interval_s)))
+        named.append(("delivery health", self._every(stop, self.refresh_health, name="Delivery health refresh",
+                                                     interval_s=s.health_interval_s)))
+        return named
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Run `lanes` claim/send/record loops until `stop`; the first lane also reaps and refreshes
-        the health gauges. A lane that fails stops the others and the error propagates."""
-        lanes = max(1, self.settings.lanes)
-        tasks = [asyncio.create_task(self._lane(stop, index=i, lanes=lanes), name=f"delivery lane {i}")
-                 for i in range(lanes)]  # fmt: skip
+        """Run every loop of `loops` until `stop`. A loop that fails stops the others and the error
+        propagates; the HTTP session is closed on the way out."""
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()
+            await looping.supervise(looping.spawn(self.loops(stop)), stop=stop)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await self.close()
 
-    async def _lane(self, stop: asyncio.Event, *, index: int, lanes: int) -> None:
+    def _backoff(self) -> looping.Backoff:
+        """A loop's wait after the database failed: poll_interval_s, as the lanes always waited."""
         s = self.settings
-        limit = max(1, s.concurrency // lanes)
-        while not stop.is_set():
-            now = time.monotonic()
-            try:
-                if index == 0 and now - self._last_reap >= s.reap_interval_s:
-                    self._last_reap = now
-                    await self.reap_once()
-                if index == 0 and now - self._last_health >= s.health_interval_s:
-                    self._last_health = now
-                    await self.refresh_health()
-                result = await self.run_once(limit=limit)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                logger.warning("Delivery dispatcher: database unavailable (%s); retrying", type(exc).__name__)
-                result = DispatchResult()
-            if result.claimed:
-                if result.failed or result.unknown or result.stale:
-                    logger.info("Delivery round: %s", result)
-                continue
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=s.poll_interval_s)
-            except TimeoutError:
-                pass
+        return looping.Backoff(base_s=s.poll_interval_s, cap_s=s.poll_interval_s, jitter="none")
+
+    async def _lane(self, stop: asyncio.Event, *, limit: int) -> None:
+        s = self.settings
+
+        async def round_() -> DispatchResult:
+            result = await self.run_once(limit=limit)
+            if result.failed or result.unknown or result.stale:
+                logger.info("Delivery round: %s", result)
+            return result
+
+        await looping.run_forever(
+            round_, stop, name="Delivery dispatcher", transient=_DATABASE_ERRORS, backoff=self._backoff(),
+            pause_s=lambda result: 0.0 if result.claimed else s.poll_interval_s, logger=logger,
+        )
+
+    async def _every(
+            self, stop: asyncio.Event, step: Callable[[], Awaitable[object]], *, name: str, interval_s: float
+    ) -> None:
+        await looping.run_forever(
+            step, stop, name=name, transient=_DATABASE_ERRORS, backoff=self._backoff(),
+            pause_s=lambda _: interval_s, logger=logger,
+        )
+
+
+_DATABASE_ERRORS: Final[tuple[type[Exception], ...]] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a lost database raises: the loop waits and tries again."""
 
 
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bool:

@@ -14,7 +14,6 @@ Events: the outbox relay to RabbitMQ and the ingress consumer with its durable i
     messages.py   outbox row -> AMQP message, AMQP message -> validated event + digest
     relay.py      claim committed events, publish with confirms, then mark published
     ingress.py    record each event in the inbox in the transaction of its effect, ack after commit
-    backoff.py    reconnection waits shared by both loops
 
 The broker is optional: with none configured, LISTEN/NOTIFY and polling wake the claimers
 (lading_worker.claiming) and the outbox simply keeps its rows. docs/events.md is the

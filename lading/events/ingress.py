@@ -38,9 +38,9 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 
-from lading import failpoints, metrics, tracing
+from lading import failpoints, looping, metrics, tracing
 from lading.db import outbox, storable
-from lading.events import backoff, messages, topology
+from lading.events import messages, topology
 from lading.events.relay import BROKER_ERRORS, DATABASE_ERRORS
 from lading.settings import EventSettings
 
@@ -128,7 +128,8 @@ class IngressConsumer:
             event = messages.parse(message)
         except messages.Unparseable as exc:
             return await self._dead_letter(message, str(exc))
-        failures = 0
+        s = self.settings.ingress
+        backoff = looping.Backoff(base_s=s.retry_base_s, cap_s=s.retry_cap_s)
         while True:
             try:
                 outcome = await self.record(event)
@@ -139,13 +140,12 @@ class IngressConsumer:
                         message, f"event {event.event_id} ({event.type}) refused by PostgreSQL: {type(exc).__name__} "
                         f"(SQLSTATE {getattr(exc, 'sqlstate', '?')})",
                     )
-                failures += 1
+                wait = backoff.failed()
                 if stop.is_set():
                     raise
-                logger.warning("Inbox transaction for event %s failed (attempt %d): %s", event.event_id, failures, exc)
-                s = self.settings.ingress
-                wait = backoff.full_jitter(failures, base_s=s.retry_base_s, cap_s=s.retry_cap_s)
-                await backoff.wait_or_stop(stop, wait)
+                logger.warning("Inbox transaction for event %s failed (attempt %d): %s",
+                               event.event_id, backoff.failures, exc)  # fmt: skip
+                await looping.wait_or_stop(stop, wait)
         await failpoints.ahit("ingress.after_commit_before_ack")
         await message.ack()
         if event.redelivered:
@@ -175,20 +175,20 @@ class IngressConsumer:
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         s = self.settings.ingress
-        failures = 0
+        backoff = looping.Backoff(base_s=s.reconnect_base_s, cap_s=s.reconnect_cap_s)
         while not stop.is_set():
             try:
                 await self._consume_until_closed(stop)
-                failures = 0
+                backoff.succeeded()
                 if stop.is_set():
                     break
                 raise ConnectionError("the broker closed the connection")
             except BROKER_ERRORS as exc:
-                failures += 1
+                wait = backoff.failed()
                 metrics.BROKER_RECONNECTS.labels(loop="ingress").inc()
-                logger.warning("Ingress consumer lost the broker (attempt %d): %s", failures, type(exc).__name__)
-            await backoff.wait_or_stop(stop, backoff.full_jitter(failures, base_s=s.reconnect_base_s,
-                                                                 cap_s=s.reconnect_cap_s))  # fmt: skip
+                logger.warning("Ingress consumer lost the broker (attempt %d): %s",
+                               backoff.failures, type(exc).__name__)  # fmt: skip
+            await looping.wait_or_stop(stop, wait)
 
     async def _consume_until_closed(self, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect(self._url, timeout=30)

@@ -42,9 +42,9 @@ import aio_pika.exceptions
 import aiormq.exceptions
 import asyncpg
 
-from lading import errors, failpoints, metrics, tracing
+from lading import errors, failpoints, looping, metrics, tracing
 from lading.db import conflicts, outbox, storable
-from lading.events import backoff, messages, topology
+from lading.events import messages, topology
 from lading.settings import EventSettings
 
 logger = logging.getLogger(__name__)
@@ -226,32 +226,31 @@ class OutboxRelay:
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         s = self.settings.relay
-        failures = 0
+        backoff = looping.Backoff(base_s=s.reconnect_base_s, cap_s=s.reconnect_cap_s)
         try:
             while not stop.is_set():
                 try:
                     if not self.connected:
                         await self.connect()
-                        if failures:
+                        if backoff.failures:
                             logger.info("Outbox relay reconnected to the broker")
-                        failures = 0
+                        backoff.succeeded()
                     result = await self.run_once()
                     if result.claimed:
                         logger.debug("Relayed outbox events: %s", result)
                     if result.claimed < s.batch_size:
-                        await backoff.wait_or_stop(stop, s.poll_interval_s)
+                        await looping.wait_or_stop(stop, s.poll_interval_s)
                     continue
                 except _RECONNECT_ERRORS as exc:
-                    failures += 1
+                    wait = backoff.failed()
                     metrics.BROKER_RECONNECTS.labels(loop="relay").inc()
-                    logger.warning("Outbox relay lost its connection (attempt %d): %s", failures, _describe(exc))
+                    logger.warning("Outbox relay lost its connection (attempt %d): %s", backoff.failures,
+                                   _describe(exc))  # fmt: skip
                     await self.close()
-                    wait = backoff.full_jitter(failures, base_s=s.reconnect_base_s, cap_s=s.reconnect_cap_s)
                 except DATABASE_ERRORS as exc:
-                    failures += 1
+                    wait = backoff.failed()
                     logger.warning("Outbox relay cannot reach the database: %s", exc)
-                    wait = backoff.full_jitter(failures, base_s=s.reconnect_base_s, cap_s=s.reconnect_cap_s)
-                await backoff.wait_or_stop(stop, wait)
+                await looping.wait_or_stop(stop, wait)
         finally:
             await self.close()
 

@@ -1,9 +1,13 @@
 """
 The one retry policy: after a failed attempt, retry when, or give up why.
 
-Both the executor (an attempt failed transiently) and the reaper (a lease expired, so the
-attempt is presumed lost) ask `decide()`; neither decides retry vs. discard itself, so a
-job is treated the same whichever way its attempt ended. This module is pure: it reads no
+`RetryPolicy` is neutral: a number of attempts, a capped doubling backoff (`lading.looping`)
+with or without jitter, and how long one attempt may take. Jobs get theirs from
+`AttemptSettings` (`RetryPolicy.for_attempts`); deliveries from their endpoint's retry budget
+and the dispatcher's settings. The executor (an attempt failed transiently), the job reaper (a
+lease expired, so the attempt is presumed lost), the delivery dispatcher and the delivery reaper
+all ask `RetryPolicy.decide()`; none decides retry vs. give up by itself, so work is treated the
+same whichever way its attempt ended. This module is pure: it reads no
 clock and no database. Callers pass `now`, and the transition that applies the decision
 lives in `lading.jobs.transitions`.
 
@@ -14,10 +18,10 @@ over the whole window instead of re-synchronising them into the next burst.
 
 A provider's `Retry-After` is honoured: the next attempt never starts before it, even when
 that is longer than the backoff cap. A retry is only scheduled when the whole next attempt
-(`AttemptSettings.timeout_s`) still fits before the job's deadline; otherwise the job ends
+(`RetryPolicy.attempt_timeout_s`) still fits before the job's deadline; otherwise the job ends
 now with DEADLINE_EXHAUSTED instead of being claimed again just to time out.
 
-    decide(attempt, now, deadline_at)
+    RetryPolicy.decide(attempt, now, deadline_at)
       │
       ├── attempt >= max_attempts ──────────────────────────▶ ATTEMPTS_EXHAUSTED
       ├── at = now + max(backoff, Retry-After)
@@ -36,6 +40,7 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from lading import looping
 from lading import settings as lading_settings
 
 RETRY: Final = "RETRY"
@@ -102,9 +107,79 @@ def backoff_s(
     """
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
-    # 2.0 ** 1024 overflows; any exponent this large is far beyond every sane cap anyway.
-    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, 1000))
-    return rand() * ceiling
+    return looping.full_jitter(attempt, base_s=base_s, cap_s=cap_s, rand=rand)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How often, and how far apart, a unit of work (a job, a delivery) is tried."""
+
+    max_attempts: int
+    """Attempts in all, the first included: after this many, give up (ATTEMPTS_EXHAUSTED)."""
+    base_s: float
+    """The backoff after the first failure is at most this; doubled per failed attempt."""
+    cap_s: float
+    """No backoff is longer than this (a Retry-After may be)."""
+    attempt_timeout_s: float
+    """How long one attempt may take: a retry is scheduled only when it can finish before the deadline."""
+    jitter: looping.Jitter = "full"
+    """`full`: a uniform draw below the backoff (a burst of failures is spread out); `none`: the backoff itself."""
+
+    @classmethod
+    def for_attempts(cls, settings: lading_settings.AttemptSettings) -> RetryPolicy:
+        """A job's policy, from its attempt settings."""
+        return cls(
+            max_attempts=settings.max_attempts,
+            base_s=settings.backoff_base_s,
+            cap_s=settings.backoff_cap_s,
+            attempt_timeout_s=settings.timeout_s,
+        )
+
+    def backoff_s(self, *, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """The delay after attempt number `attempt` (>= 1) failed, before any Retry-After."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        if self.jitter == "none":
+            return looping.backoff_ceiling_s(attempt, base_s=self.base_s, cap_s=self.cap_s)
+        return looping.full_jitter(attempt, base_s=self.base_s, cap_s=self.cap_s, rand=rand)
+
+    def decide(
+            self,
+            *,
+            attempt: int,
+            now: datetime.datetime,
+            deadline_at: datetime.datetime,
+            retry_after_s: float | None = None,
+            rand: Callable[[], float] = random.random,
+    ) -> RetryDecision:
+        """
+        Whether and when to try again after attempt number `attempt` (>= 1, attempts already
+        made, the failed one included) failed.
+
+        `retry_after_s` is the other side's minimum delay, if it gave one; a negative value counts
+        as 0 and NaN as absent, so a confused provider or receiver cannot crash the caller.
+        """
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        if now.tzinfo is None or deadline_at.tzinfo is None:
+            raise ValueError("now and deadline_at must be timezone-aware")
+        if attempt >= self.max_attempts:
+            return RetryDecision(retry=False, at=None, reason=ATTEMPTS_EXHAUSTED)
+
+        delay_s = self.backoff_s(attempt=attempt, rand=rand)
+        if retry_after_s is not None and not math.isnan(retry_after_s):
+            delay_s = max(delay_s, retry_after_s, 0.0)
+
+        # Compare in float seconds first: an absurd delay (Retry-After of a year, or inf) must not
+        # overflow datetime arithmetic. Then confirm on the datetimes actually stored, because
+        # timedelta rounds to microseconds.
+        room_s = (deadline_at - now).total_seconds() - self.attempt_timeout_s
+        if not delay_s <= room_s:
+            return RetryDecision(retry=False, at=None, reason=DEADLINE_EXHAUSTED)
+        at = now + datetime.timedelta(seconds=delay_s)
+        if at + datetime.timedelta(seconds=self.attempt_timeout_s) > deadline_at:
+            return RetryDecision(retry=False, at=None, reason=DEADLINE_EXHAUSTED)
+        return RetryDecision(retry=True, at=at, reason=RETRY)
 
 
 def decide(
@@ -117,32 +192,9 @@ def decide(
         rand: Callable[[], float] = random.random,
 ) -> RetryDecision:
     """
-    Whether and when to retry a job after its attempt number `attempt` (>= 1, attempts
-    already made, the failed one included) failed.
-
-    `retry_after_s` is the provider's minimum delay, if it gave one; a negative value counts
-    as 0 and NaN as absent, so a confused provider cannot crash the executor or the reaper.
+    Whether and when to retry a job after its attempt number `attempt` failed: the job's
+    `RetryPolicy` (from `settings`) decides (`RetryPolicy.decide`).
     """
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    if now.tzinfo is None or deadline_at.tzinfo is None:
-        raise ValueError("now and deadline_at must be timezone-aware")
-    if attempt >= settings.max_attempts:
-        return RetryDecision(retry=False, at=None, reason=ATTEMPTS_EXHAUSTED)
-
-    delay_s = backoff_s(
-        attempt=attempt, base_s=settings.backoff_base_s, cap_s=settings.backoff_cap_s, rand=rand,
+    return RetryPolicy.for_attempts(settings).decide(
+        attempt=attempt, now=now, deadline_at=deadline_at, retry_after_s=retry_after_s, rand=rand,
     )
-    if retry_after_s is not None and not math.isnan(retry_after_s):
-        delay_s = max(delay_s, retry_after_s, 0.0)
-
-    # Compare in float seconds first: an absurd delay (Retry-After of a year, or inf) must not
-    # overflow datetime arithmetic. Then confirm on the datetimes actually stored, because
-    # timedelta rounds to microseconds.
-    room_s = (deadline_at - now).total_seconds() - settings.timeout_s
-    if not delay_s <= room_s:
-        return RetryDecision(retry=False, at=None, reason=DEADLINE_EXHAUSTED)
-    at = now + datetime.timedelta(seconds=delay_s)
-    if at + datetime.timedelta(seconds=settings.timeout_s) > deadline_at:
-        return RetryDecision(retry=False, at=None, reason=DEADLINE_EXHAUSTED)
-    return RetryDecision(retry=True, at=at, reason=RETRY)

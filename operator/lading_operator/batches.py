@@ -54,7 +54,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import asyncpg
 import kopf
 import pydantic
 
@@ -66,7 +65,7 @@ from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
 from lading.settings import DocumentSettings
-from lading_operator import conditions, events, kube, runtime, status
+from lading_operator import conditions, events, reconciling, runtime, status
 
 logger = logging.getLogger("lading.operator.batches")
 
@@ -143,26 +142,11 @@ class Reconciler:
         return f"{self.namespace}/{self.name}/{self.body.metadata.uid}"
 
     async def run(self, stopped: Any) -> None:
-        wake = self.rt.wakeup(self.key)
-        backoff = self.rt.settings.retry_initial_s
         try:
-            while not stopped:
-                try:
-                    interval = await self.reconcile()
-                    backoff = self.rt.settings.retry_initial_s
-                except (
-                    OSError, asyncpg.PostgresError, asyncpg.InterfaceError, errors.TemporaryError, kube.KubeError
-                ) as exc:  # fmt: skip
-                    logger.warning("batch %s/%s: %s; retrying in %.0f s", self.namespace, self.name,
-                                   type(exc).__name__, backoff)  # fmt: skip
-                    interval = backoff
-                    backoff = min(backoff * 2, self.rt.settings.retry_max_s)
-                except Exception as exc:
-                    logger.exception("batch %s/%s: reconcile failed", self.namespace, self.name)
-                    events.warning(self.body, reason="ReconcileError", message=type(exc).__name__)
-                    interval = backoff
-                    backoff = min(backoff * 2, self.rt.settings.retry_max_s)
-                await runtime.sleep(wake, stopped, timeout_s=interval)
+            await reconciling.reconcile_forever(
+                self.reconcile, rt=self.rt, key=self.key, body=self.body,
+                name=f"batch {self.namespace}/{self.name}", stopped=stopped,
+            )
         finally:
             self.rt.leave_queue(self.key)
             self.rt.wakeups.pop(self.key, None)

@@ -18,6 +18,10 @@ from lading_operator import kube, status
 
 logger = logging.getLogger("lading.operator")
 
+RECONCILE_ERROR = "ReconcileError"
+"""Warning Event reason: a reconcile step failed on something other than the database or the API
+server (a bug); the loop logs the traceback and retries with backoff."""
+
 
 def now() -> str:
     return status.rfc3339(datetime.datetime.now(tz=datetime.UTC))

@@ -43,7 +43,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
-import asyncpg
 import kopf
 import pydantic
 
@@ -52,7 +51,18 @@ from lading.db import registry
 from lading.db import scaling as db_scaling
 from lading.ids import PoolName
 from lading.models import specs
-from lading_operator import conditions, events, headroom, kube, mirroring, rendering, runtime, scaling, status
+from lading_operator import (
+    conditions,
+    events,
+    headroom,
+    kube,
+    mirroring,
+    reconciling,
+    rendering,
+    runtime,
+    scaling,
+    status,
+)
 
 logger = logging.getLogger("lading.operator.pools")
 
@@ -119,25 +129,17 @@ class Reconciler:
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
 
     async def run(self, stopped: Any) -> None:
-        wake = self.rt.wakeup(self.key)
-        backoff = self.rt.settings.retry_initial_s
         async with aiohttp.ClientSession() as session:
+
+            async def step() -> float:
+                await self.reconcile(session)
+                return self.rt.settings.pool_interval_s
+
             try:
-                while not stopped:
-                    try:
-                        await self.reconcile(session)
-                        interval = self.rt.settings.pool_interval_s
-                        backoff = self.rt.settings.retry_initial_s
-                    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
-                        logger.warning("pool %s/%s: %s; retrying in %.0f s", self.namespace, self.name, exc, backoff)
-                        interval = backoff
-                        backoff = min(backoff * 2, self.rt.settings.retry_max_s)
-                    except Exception as exc:
-                        logger.exception("pool %s/%s: reconcile failed", self.namespace, self.name)
-                        events.warning(self.body, reason="ReconcileError", message=type(exc).__name__)
-                        interval = backoff
-                        backoff = min(backoff * 2, self.rt.settings.retry_max_s)
-                    await runtime.sleep(wake, stopped, timeout_s=interval)
+                await reconciling.reconcile_forever(
+                    step, rt=self.rt, key=self.key, body=self.body,
+                    name=f"pool {self.namespace}/{self.name}", stopped=stopped,
+                )
             finally:
                 self.rt.wakeups.pop(self.key, None)
                 self.rt.tokens.pop(self.key, None)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -147,17 +146,3 @@ class Runtime:
         for keys in list(self.waiting.values()):
             for key in list(keys):
                 self.wake(key)
-
-
-async def sleep(event: asyncio.Event, stopped: Any, *, timeout_s: float) -> None:
-    """Until `event` is set, the daemon is stopped, or `timeout_s` passes; clears `event`."""
-    waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stopped.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-        for waiter in waiters:
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
-    event.clear()

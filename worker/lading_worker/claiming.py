@@ -21,11 +21,11 @@ import logging
 
 import asyncpg
 
-from lading import logs, metrics, tracing
+from lading import logs, looping, metrics, tracing
 from lading.db import job_documents, jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import ClaimerSettings, LeaseSettings
-from lading_worker import committing, executing, inflight, loops
+from lading_worker import committing, executing, inflight
 
 logger = logging.getLogger(__name__)
 
@@ -182,18 +182,18 @@ class Claimer:
             while not stop.is_set():
                 if self._capacity <= 0:
                     self._registry.changed.clear()
-                    await loops.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
+                    await looping.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
                     continue
                 self.work_available.clear()
                 try:
                     result = await self.run_once()
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     logger.warning("Claim failed: %s", exc)
-                    await loops.wait_or_stop(stop, loops.jittered(self._settings.poll_interval_s))
+                    await looping.wait_or_stop(stop, looping.jittered(self._settings.poll_interval_s))
                     continue
                 if result.claimed == 0:
-                    await loops.wait_or_stop(
-                        stop, loops.jittered(self._settings.poll_interval_s), wake=self.work_available
+                    await looping.wait_or_stop(
+                        stop, looping.jittered(self._settings.poll_interval_s), wake=self.work_available
                     )
         finally:
             released = await self.release_queued()

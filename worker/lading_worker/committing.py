@@ -33,12 +33,11 @@ from collections.abc import Sequence
 import asyncpg
 import prometheus_client
 
-from lading import metrics
+from lading import looping, metrics
 from lading.db import conflicts, jobs, registry, storable
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
-from lading_worker import loops
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +194,7 @@ class Committer:
         while not (stop.is_set() and not self._pending):
             if not self._pending:
                 self._wake.clear()
-                await loops.wait_or_stop(stop, 1.0, wake=self._wake)
+                await looping.wait_or_stop(stop, 1.0, wake=self._wake)
                 continue
             if len(self._pending) < self._settings.commit_batch_size:
                 await asyncio.sleep(self._settings.commit_linger_s)

@@ -16,11 +16,11 @@ import logging
 
 import asyncpg
 
-from lading import metrics
+from lading import looping, metrics
 from lading.db import conflicts, jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import LeaseSettings
-from lading_worker import inflight, loops
+from lading_worker import inflight
 
 logger = logging.getLogger(__name__)
 
@@ -88,16 +88,29 @@ class Heartbeater:
         metrics.LEASES_LOST.labels(self._pool).inc()
         return True
 
+    async def _beat(self) -> int:
+        """One heartbeat, then abandon what it could not extend; returns the attempts abandoned.
+        A heartbeat that cannot reach the database is not an error of the loop: the abandonment
+        that follows is exactly what must happen then."""
+        try:
+            result = await self.run_once()
+            if result.lost:
+                logger.warning("Lost %d leases; their attempts were cancelled", result.lost)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("Heartbeat failed: %s", exc)
+        abandoned = self.abandon_expired()
+        if abandoned:
+            logger.warning("Abandoned %d attempts whose leases could not be extended", abandoned)
+        return abandoned
+
+    def _pause_s(self, abandoned: int) -> float:
+        """Look again sooner while attempts are being abandoned: more leases may be running out."""
+        interval_s = self._settings.heartbeat_interval_s
+        return min(interval_s, SAFETY_MARGIN_S * 2) if abandoned else interval_s
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                result = await self.run_once()
-                if result.lost:
-                    logger.warning("Lost %d leases; their attempts were cancelled", result.lost)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                logger.warning("Heartbeat failed: %s", exc)
-            abandoned = self.abandon_expired()
-            if abandoned:
-                logger.warning("Abandoned %d attempts whose leases could not be extended", abandoned)
-            await loops.wait_or_stop(stop, min(self._settings.heartbeat_interval_s, SAFETY_MARGIN_S * 2)
-                                     if abandoned else self._settings.heartbeat_interval_s)
+        interval_s = self._settings.heartbeat_interval_s
+        await looping.run_forever(
+            self._beat, stop, name="Heartbeat", logger=logger, transient=(), pause_s=self._pause_s,
+            backoff=looping.Backoff(base_s=interval_s, cap_s=interval_s, jitter="none"),
+        )

@@ -15,13 +15,12 @@ import logging
 
 import asyncpg
 
-from lading import metrics
+from lading import looping, metrics
 from lading.db import conflicts, jobs
 from lading.ids import JobId
 from lading.jobs import retry
 from lading.jobs.states import JobState
 from lading.settings import AttemptSettings, ReaperSettings
-from lading_worker import loops
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +75,17 @@ class Reaper:
             metrics.REAPER_RECOVERIES.labels(JobState.FAILED_TERMINAL.value, "DeadlineExceeded").inc(len(expired))
         return ReapResult(rescued=rescued, failed=failed, expired=len(expired))
 
+    async def _pass(self) -> ReapResult:
+        result = await self.run_once()
+        if result.rescued or result.failed or result.expired:  # log only when something happened
+            logger.info("Reaped: %s", result)
+        return result
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                result = await self.run_once()
-                if result.rescued or result.failed or result.expired:
-                    logger.info("Reaped: %s", result)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                logger.warning("Reaper pass failed: %s", exc)
-            await loops.wait_or_stop(stop, loops.jittered(self._settings.interval_s))
+        interval_s = self._settings.interval_s
+        await looping.run_forever(
+            self._pass, stop, name="Reaper pass", logger=logger,
+            transient=(OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+            pause_s=lambda _: looping.jittered(interval_s),
+            backoff=looping.Backoff(base_s=interval_s, cap_s=interval_s, jitter="none"),
+        )

@@ -15,8 +15,9 @@ import pytest
 from pamqp import commands as spec
 from pamqp.header import ContentHeader
 
+from lading import looping
 from lading.db import outbox
-from lading.events import backoff, messages
+from lading.events import messages
 
 
 def _incoming(body: bytes, *, message_id: str | None, type: str | None = "extraction.completed.v1",
@@ -93,6 +94,6 @@ def test_a_message_that_is_not_an_event_is_refused_with_a_reason(
 
 @pytest.mark.parametrize("failures", [1, 2, 5, 50])
 def test_backoff_waits_are_jittered_and_capped(failures: int) -> None:
-    waits: list[Any] = [backoff.full_jitter(failures, base_s=0.5, cap_s=4.0) for _ in range(200)]
+    waits: list[Any] = [looping.full_jitter(failures, base_s=0.5, cap_s=4.0) for _ in range(200)]
     assert all(0 <= w <= min(4.0, 0.5 * 2 ** (failures - 1)) for w in waits)
     assert len(set(waits)) > 1
