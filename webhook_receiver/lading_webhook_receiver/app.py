@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from typing import Any
 
@@ -105,8 +106,8 @@ class Receiver:
             return self._refuse(401, exc.reason, str(exc))
 
         try:
-            envelope = orjson.loads(body)
-        except orjson.JSONDecodeError:
+            envelope = _loads(body)
+        except (ValueError, RecursionError):  # orjson.JSONDecodeError and json's are ValueErrors
             return self._refuse(400, "bad-json", "body is not valid JSON")
         if not isinstance(envelope, dict):
             return self._refuse(400, "bad-schema", "body must be a JSON object")
@@ -187,3 +188,30 @@ def make_app(receiver: Receiver) -> aiohttp.web.Application:
     app.router.add_get(settings.PATH + "/readyz", receiver.readyz)
     app.router.add_get("/metrics", receiver.serve_metrics)
     return app
+
+
+def _loads(body: bytes) -> Any:
+    """Parse a delivery body without changing any value.
+
+    orjson is the fast path and refuses what JSON does not allow (lone surrogates, NaN, nesting past
+    1,024 levels), but it reads an integer of 2⁶⁴ or more as a float, silently changing the value. A
+    body whose parse holds a float is therefore read again with the standard library, which keeps
+    integers exact, so the storable-value check sees the number the sender wrote. Amounts are decimal
+    strings in every payload, so the second parse is the rare path."""
+    envelope = orjson.loads(body)
+    if _holds_float(envelope):
+        envelope = json.loads(body)
+    return envelope
+
+
+def _holds_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
