@@ -40,18 +40,13 @@ from typing import Any
 import asyncpg
 
 from lading import errors, failpoints
-from lading.db import job_documents, jobs, queries, storable
+from lading.db import batches, fairness, job_documents, jobs, locks, outbox, storable
 from lading.documents import manifests
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
 
 PRIORITIES: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}
 """Priority classes as stored (lower runs first)."""
-
-_JOB_COLUMNS = (
-    "id", "tenant", "batch_id", "ordinal", "document_key", "request_hash", "content_sha256", "pool", "schema",
-    "validation_policy", "priority", "max_attempts", "deadline_at",
-)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,34 +164,18 @@ async def _accept(
     )
     try:
         async with conn.transaction():
-            await conn.execute("SELECT set_config('lock_timeout', $1, true)", f"{int(lock_timeout_s * 1000)}ms")
+            await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=len(request.documents))
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
-            batch_id = BatchId(inserted["id"])
+            batch_id = inserted.id
             job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
-            await _copy_jobs(conn, request, batch_id, job_ids, digests, accepted_at=inserted["now"])
+            await _copy_jobs(conn, request, batch_id, job_ids, digests, accepted_at=inserted.now)
             await failpoints.ahit("accept.after_jobs_before_documents")
-            await conn.copy_records_to_table(
-                "job_documents",
-                records=[
-                    (job_id, d.text, len(d.text.encode()))
-                    for job_id, d in zip(job_ids, request.documents, strict=True)
-                ],
-                columns=("job_id", "text", "bytes"),
+            await job_documents.copy_texts(
+                conn, [(job_id, d.text) for job_id, d in zip(job_ids, request.documents, strict=True)]
             )
-            await conn.execute(
-                queries.sql("batch_accepted_event"),
-                batch_id,
-                {
-                    "batch_id": batch_id,
-                    "tenant": request.tenant,
-                    "batch": {"namespace": request.namespace, "name": request.name},
-                    "pool": request.pool,
-                    "jobs": len(job_ids),
-                },
-                request.pool,
-            )
+            await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
     except asyncpg.LockNotAvailableError:
         raise errors.AcceptanceInProgress(
@@ -217,7 +196,7 @@ async def _accept_manifest(
         raise ValueError("a batch request has inline documents or a manifest, not both")
     try:
         async with conn.transaction():
-            await conn.execute("SELECT set_config('lock_timeout', $1, true)", f"{int(lock_timeout_s * 1000)}ms")
+            await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
             await job_documents.stage_manifest(conn, manifest)
             duplicate = await job_documents.staged_duplicate_key(conn)
             if duplicate is not None:
@@ -236,7 +215,7 @@ async def _accept_manifest(
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=manifest.documents)
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
-            batch_id = BatchId(inserted["id"])
+            batch_id = inserted.id
             prefix, suffix = hashing.job_request_template(
                 schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
             )
@@ -251,22 +230,11 @@ async def _accept_manifest(
                 validation_policy=request.validation_policy,
                 priority=PRIORITIES[request.priority],
                 max_attempts=request.max_attempts,
-                deadline_at=inserted["now"] + dt.timedelta(seconds=request.deadline_s),
+                deadline_at=inserted.now + dt.timedelta(seconds=request.deadline_s),
             )
             await failpoints.ahit("accept.after_jobs_before_documents")
-            job_ids = await _job_ids(conn, batch_id)
-            await conn.execute(
-                queries.sql("batch_accepted_event"),
-                batch_id,
-                {
-                    "batch_id": batch_id,
-                    "tenant": request.tenant,
-                    "batch": {"namespace": request.namespace, "name": request.name},
-                    "pool": request.pool,
-                    "jobs": len(job_ids),
-                },
-                request.pool,
-            )
+            job_ids = await jobs.ids_of_batch(conn, batch_id=batch_id)
+            await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
     except asyncpg.LockNotAvailableError:
         raise errors.AcceptanceInProgress(
@@ -281,43 +249,45 @@ async def _insert_batch(
         batch_hash: str,
         *,
         total_jobs: int,
-) -> asyncpg.Record | None:
-    """The batch row (id, now), or None when the idempotency key is taken (ON CONFLICT DO NOTHING)."""
-    return await conn.fetchrow(
-        queries.sql("batch_insert"),
-        request.tenant,
-        request.namespace,
-        request.name,
-        request.uid,
-        request.idempotency_key,
-        batch_hash,
-        hashing.HASH_VERSION,
-        request.schema,
-        request.pool,
-        request.validation_policy,
-        PRIORITIES[request.priority],
-        request.deadline_s,
-        request.endpoint,
-        request.suspended,
-        total_jobs,
-    )
+) -> batches.Inserted | None:
+    """The batch row, or None when the idempotency key is taken (ON CONFLICT DO NOTHING)."""
+    return await batches.insert(conn, batches.NewBatch(
+        tenant=request.tenant, namespace=request.namespace, name=request.name, uid=request.uid,
+        idempotency_key=request.idempotency_key, request_hash=batch_hash, hash_version=hashing.HASH_VERSION,
+        schema=request.schema, pool=request.pool, validation_policy=request.validation_policy,
+        priority=PRIORITIES[request.priority], deadline_s=request.deadline_s, endpoint=request.endpoint,
+        suspended=request.suspended, total_jobs=total_jobs,
+    ))  # fmt: skip
+
+
+async def _accepted(conn: asyncpg.Connection, request: BatchRequest, batch_id: BatchId, *, jobs_count: int) -> None:
+    """After the job rows are in, in the accepting transaction: the batch's `batch.accepted.v1` event,
+    its tenant's queue in the pool for fair claiming, for a batch accepted suspended the mark that keeps
+    its jobs out of the claim index (docs/fairness.md), and a wake-up for the pool's idle claimers. All
+    take effect at commit."""
+    await outbox.insert_batch_accepted(conn, batch_id=batch_id, payload={
+        "batch_id": batch_id,
+        "tenant": request.tenant,
+        "batch": {"namespace": request.namespace, "name": request.name},
+        "pool": request.pool,
+        "jobs": jobs_count,
+    })  # fmt: skip
+    await fairness.register_queue(conn, pool=request.pool, tenant=request.tenant)
+    if request.suspended:
+        await jobs.hold_batch(conn, batch_id=batch_id)
+    await jobs.notify_available(conn, pool=request.pool)
 
 
 async def _existing(conn: asyncpg.Connection, request: BatchRequest, batch_hash: str) -> AcceptResult:
-    row = await conn.fetchrow(queries.sql("batch_get_by_key"), request.tenant, request.idempotency_key)
-    assert row is not None, "ON CONFLICT DO NOTHING returned nothing, so the row exists"
-    if row["request_hash"] != batch_hash:
+    stored = await batches.get_by_key(conn, tenant=request.tenant, idempotency_key=request.idempotency_key)
+    assert stored is not None, "ON CONFLICT DO NOTHING returned nothing, so the row exists"
+    if stored.request_hash != batch_hash:
         raise errors.IdempotencyConflict(
-            key=request.idempotency_key, stored_hash=row["request_hash"], new_hash=batch_hash
+            key=request.idempotency_key, stored_hash=stored.request_hash, new_hash=batch_hash
         )
-    batch_id = BatchId(row["id"])
-    return AcceptResult(batch_id=batch_id, job_ids=await _job_ids(conn, batch_id), created=False)
-
-
-async def _job_ids(conn: asyncpg.Connection, batch_id: BatchId) -> tuple[JobId, ...]:
-    """All of a batch's job ids, in batch order, fetched as one array (about 40 bytes per job)."""
-    ids: list[int] = await conn.fetchval(queries.sql("batch_job_id_array"), batch_id)
-    return tuple(JobId(i) for i in ids)
+    return AcceptResult(
+        batch_id=stored.id, job_ids=await jobs.ids_of_batch(conn, batch_id=stored.id), created=False
+    )
 
 
 async def _copy_jobs(
@@ -352,4 +322,4 @@ async def _copy_jobs(
         )
         for ordinal, (job_id, document, digest) in enumerate(zip(job_ids, request.documents, digests, strict=True))
     ]
-    await conn.copy_records_to_table("extraction_jobs", records=records, columns=_JOB_COLUMNS)
+    await jobs.copy_new(conn, records)

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from lading import metrics
+from lading.db import deliveries, jobs, locks, outbox, registry
 from lading.db import pool as dbpool
-from lading.db import queries
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class GaugeRefresher:
             self._conn = await dbpool.connect(self._url)
             self.leader = False
         if not self.leader:
-            self.leader = bool(await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", ELECTION_LOCK_KEY))
+            self.leader = await locks.try_session_lock(self._conn, key=ELECTION_LOCK_KEY)
             if self.leader:
                 logger.info("Elected to refresh database gauges")
         if not self.leader:
@@ -107,23 +107,24 @@ class GaugeRefresher:
 async def refresh(conn: asyncpg.Connection) -> None:
     """Read every database gauge in one repeatable-read snapshot and publish the values."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        by_state = await conn.fetch(queries.sql("gauge_jobs_by_state"))
-        oldest = await conn.fetch(queries.sql("gauge_oldest_eligible"))
-        review = await conn.fetchrow(queries.sql("gauge_review_queue"))
-        outbox = await conn.fetchrow(queries.sql("gauge_outbox_backlog"))
-        pools = await conn.fetch(queries.sql("gauge_pools"))
-        no_endpoint = await conn.fetch(queries.sql("gauge_deliveries_waiting_for_endpoint"))
-    _replace(metrics.JOBS_BY_STATE, {(r["pool"], r["tenant"], r["state"]): float(r["n"]) for r in by_state})
-    _replace(metrics.OLDEST_ELIGIBLE_AGE, {(r["pool"],): float(r["age_s"]) for r in oldest})
-    _replace(metrics.POOL_PAUSED, {(r["pool"],): float(r["paused"]) for r in pools})
-    _replace(metrics.POOL_COOLING, {(r["pool"],): float(r["cooling"]) for r in pools})
-    _replace(metrics.DELIVERIES_WAITING_FOR_ENDPOINT, {(r["tenant"],): float(r["n"]) for r in no_endpoint})
-    assert review is not None and outbox is not None  # aggregates without GROUP BY: always one row
-    metrics.REVIEW_QUEUE_SIZE.set(review["size"])
-    metrics.REVIEW_QUEUE_OLDEST_AGE.set(review["oldest_age_s"])
-    metrics.OUTBOX_UNPUBLISHED.set(outbox["unpublished"])
-    metrics.OUTBOX_BACKLOG_OLDEST_AGE.set(outbox["oldest_age_s"])
-    metrics.OUTBOX_SET_ASIDE.set(outbox["set_aside"])
+        by_state = await jobs.count_unfinished_by_state(conn)
+        oldest = await jobs.oldest_eligible_age_by_pool(conn)
+        review = await jobs.review_queue_summary(conn)
+        outbox_backlog = await outbox.backlog_summary(conn)
+        pools = await registry.pool_flags(conn)
+        no_endpoint = await deliveries.count_waiting_for_endpoint_by_tenant(conn)
+    _replace(metrics.JOBS_BY_STATE, {
+        (pool, tenant, state.value): float(n) for (pool, tenant, state), n in by_state.items()
+    })
+    _replace(metrics.OLDEST_ELIGIBLE_AGE, {(pool,): age_s for pool, age_s in oldest.items()})
+    _replace(metrics.POOL_PAUSED, {(p.pool,): float(p.paused) for p in pools})
+    _replace(metrics.POOL_COOLING, {(p.pool,): float(p.cooling) for p in pools})
+    _replace(metrics.DELIVERIES_WAITING_FOR_ENDPOINT, {(tenant,): float(n) for tenant, n in no_endpoint.items()})
+    metrics.REVIEW_QUEUE_SIZE.set(review.size)
+    metrics.REVIEW_QUEUE_OLDEST_AGE.set(review.oldest_age_s)
+    metrics.OUTBOX_UNPUBLISHED.set(outbox_backlog.unpublished)
+    metrics.OUTBOX_BACKLOG_OLDEST_AGE.set(outbox_backlog.oldest_age_s)
+    metrics.OUTBOX_SET_ASIDE.set(outbox_backlog.set_aside)
     metrics.GAUGE_REFRESHES.inc()
 
 

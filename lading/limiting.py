@@ -63,7 +63,7 @@ from typing import Any, Protocol, runtime_checkable
 import asyncpg
 
 from lading import metrics
-from lading.db import queries, registry
+from lading.db import limiter, registry
 from lading.ids import JobId, PoolName
 from lading.providers import base
 
@@ -328,29 +328,33 @@ class PoolLimiter:
         tokens = [min(t, limits.tokens_per_minute) for _, _, t in asked]
         async with self.db.acquire() as conn:
             try:
-                row = await conn.fetchrow(
-                    queries.sql("limiter_try_acquire"),
-                    self.pool, [j for j, _, _ in asked], [f for _, f, _ in asked], tokens,
-                    limits.requests_per_minute, limits.tokens_per_minute, limits.max_concurrency,
-                    self.settings.permit_ttl_s, self.settings.window_s, self.per_second,
-                )  # fmt: skip
+                grant = await limiter.try_acquire_many(
+                    conn,
+                    pool=self.pool,
+                    asked=[(j, f, t) for (j, f, _), t in zip(asked, tokens, strict=True)],
+                    requests_per_minute=limits.requests_per_minute,
+                    tokens_per_minute=limits.tokens_per_minute,
+                    max_concurrency=limits.max_concurrency,
+                    permit_ttl_s=self.settings.permit_ttl_s,
+                    window_s=self.settings.window_s,
+                    per_second=self.per_second,
+                )
             except asyncpg.NoDataFoundError as exc:
                 raise LookupError(str(exc)) from None
-        assert row is not None
-        if row["cooling"]:
-            return [], Refusal("cooldown", min(row["cooldown_left_s"], self.settings.max_wait_step_s))
+        if grant.cooling:
+            return [], Refusal("cooldown", min(grant.cooldown_left_s, self.settings.max_wait_step_s))
         await self._maybe_prune()
-        permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(row["permit_ids"], tokens, strict=False)]
+        permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(grant.permit_ids, tokens, strict=False)]
         if len(permits) == len(asked):
             return permits, None
         next_tokens = tokens[len(permits)]
-        window_frees_in = max(0.001, row["window_frees_in_s"] or 0.0)
-        if row["requests"] + 1 > limits.requests_per_minute:
+        window_frees_in = max(0.001, grant.window_frees_in_s or 0.0)
+        if grant.requests + 1 > limits.requests_per_minute:
             return permits, Refusal("requests", min(window_frees_in, self.settings.max_wait_step_s))
-        if row["tokens"] + next_tokens > limits.tokens_per_minute:
+        if grant.tokens + next_tokens > limits.tokens_per_minute:
             return permits, Refusal("tokens", min(window_frees_in, self.settings.max_wait_step_s))
-        if row["last_second"] + 1 > self.per_second:
-            return permits, Refusal("pace", max(0.001, row["second_frees_in_s"] or 0.0))
+        if grant.last_second + 1 > self.per_second:
+            return permits, Refusal("pace", max(0.001, grant.second_frees_in_s or 0.0))
         poll = self.settings.concurrency_poll_s
         return permits, Refusal("concurrency", poll * (0.5 + random.random()))
 
@@ -380,18 +384,18 @@ class PoolLimiter:
     async def release(self, permit: Permit, *, tokens_used: int | None) -> None:
         """Free the in-flight permit; `tokens_used` replaces the reservation in the window (None keeps it)."""
         async with self.db.acquire() as conn:
-            await conn.execute(queries.sql("limiter_release"), permit.id, tokens_used)
+            await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
         self._released.set()
 
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.
         Returns how long the pool now cools down (a longer cooldown already set is kept)."""
         async with self.db.acquire() as conn:
-            left = await conn.fetchval(queries.sql("limiter_cooldown"), self.pool, seconds)
+            left = await limiter.cool_down(conn, pool=self.pool, seconds=seconds)
         metrics.LIMITER_COOLDOWNS.labels(self.pool).inc()
         metrics.LIMITER_COOLDOWN_SECONDS.labels(self.pool).inc(seconds)
         logger.warning("Pool %s cooling down for %.1f s after the provider refused for congestion", self.pool, seconds)
-        return float(left) if left is not None else seconds
+        return left if left is not None else seconds
 
     async def observe(self, view: base.RateLimitView) -> tuple[int, int]:
         """Tighten the local view to what the provider's rate-limit headers say is left, where that is
@@ -400,13 +404,17 @@ class PoolLimiter:
             return 0, 0
         limits = self.limits
         async with self.db.acquire() as conn:
-            row = await conn.fetchrow(
-                queries.sql("limiter_observe"),
-                self.pool, view.remaining_requests, view.requests_reset_s, view.remaining_tokens, view.tokens_reset_s,
-                limits.requests_per_minute, limits.tokens_per_minute, self.settings.window_s,
-            )  # fmt: skip
-        assert row is not None
-        added = int(row["requests_added"]), int(row["tokens_added"])
+            added = await limiter.observe(
+                conn,
+                pool=self.pool,
+                remaining_requests=view.remaining_requests,
+                requests_reset_s=view.requests_reset_s,
+                remaining_tokens=view.remaining_tokens,
+                tokens_reset_s=view.tokens_reset_s,
+                requests_per_minute=limits.requests_per_minute,
+                tokens_per_minute=limits.tokens_per_minute,
+                window_s=self.settings.window_s,
+            )
         if added != (0, 0):
             logger.debug("Pool %s: the provider has less room than counted here; added %s", self.pool, added)
         return added
@@ -417,8 +425,8 @@ class PoolLimiter:
             return
         self._last_prune = now
         async with self.db.acquire() as conn:
-            await conn.execute(queries.sql("limiter_prune"), self.pool)
-            await conn.execute(queries.sql("limiter_prune_seconds"), self.pool)
+            await limiter.prune_permits(conn, pool=self.pool)
+            await limiter.prune_seconds(conn, pool=self.pool)
             await self.refresh_limits(conn)
 
     async def refresh_limits(self, conn: asyncpg.Connection) -> None:
@@ -434,6 +442,4 @@ class PoolLimiter:
 
 async def usage(conn: asyncpg.Connection, *, pool: PoolName, window_s: float = 60.0) -> tuple[int, int, int]:
     """(requests, tokens, in flight) of the pool over the last `window_s` seconds, as the limiter counts them."""
-    row = await conn.fetchrow(queries.sql("limiter_usage"), pool, window_s)
-    assert row is not None
-    return int(row["requests"]), int(row["tokens"]), int(row["in_flight"])
+    return await limiter.usage(conn, pool=pool, window_s=window_s)

@@ -45,7 +45,7 @@ import asyncpg
 import pydantic
 
 from lading import errors, ids, validation
-from lading.db import jobs, queries, reporting, storable
+from lading.db import jobs, reporting, results, review_decisions, storable
 from lading.jobs import states
 from lading.models import invoice
 
@@ -249,7 +249,7 @@ async def approve(
     sign_off = SignOff.of(reviewer=reviewer, reason=reason)
     async with conn.transaction():
         await _leave_review(conn, job_id=job_id, approve=True, note=sign_off.reason)
-        stored = await conn.fetchval(queries.sql("result_get_for_approval"), job_id)
+        stored = await results.get_for_approval(conn, job_id=job_id)
         try:
             invoice.Invoice.model_validate(stored)
         except pydantic.ValidationError:
@@ -278,23 +278,25 @@ async def correct(
     document = parse_correction(corrected).to_json()
     async with conn.transaction():
         await _leave_review(conn, job_id=job_id, approve=True, note=sign_off.reason)
-        job = await conn.fetchrow(queries.sql("job_get_for_correction"), job_id)
+        job = await jobs.get_for_correction(conn, job_id=job_id)
         if job is None:  # a job row without its document: acceptance writes both at once
             raise ReviewInputInvalid(f"job {job_id} has no document to check the correction against")
-        if job["schema"] != invoice.SCHEMA_NAME:
+        if job.schema != invoice.SCHEMA_NAME:
             raise ReviewInputInvalid(
-                f"job {job_id} extracts {job['schema']}; corrections can only be {invoice.SCHEMA_NAME} documents"
+                f"job {job_id} extracts {job.schema}; corrections can only be {invoice.SCHEMA_NAME} documents"
             )
-        verdict = validation.validate(document, source_text=job["text"], policy=job["validation_policy"])
-        replaced = await conn.fetchrow(queries.sql("result_replace_corrected"), job_id, document, verdict.to_json())
+        verdict = validation.validate(document, source_text=job.text, policy=job.validation_policy)
+        replaced = await results.replace_corrected(
+            conn, job_id=job_id, result=document, validation=verdict.to_json()
+        )
         assert replaced is not None, "the job exists: its row is locked by this transaction"
         return await _record(
             conn,
             job_id=job_id,
             decision=Decision.CORRECTED,
             sign_off=sign_off,
-            previous_result=replaced["previous_result"],
-            previous_validation=replaced["previous_validation"],
+            previous_result=replaced.previous_result,
+            previous_validation=replaced.previous_validation,
             corrected_result=document,
             corrected_verdict=verdict,
         )
@@ -336,25 +338,24 @@ async def _record(
         corrected_result: dict[str, Any] | None = None,
         corrected_verdict: validation.Verdict | None = None,
 ) -> ReviewDecision:
-    row = await conn.fetchrow(
-        queries.sql("review_decision_insert"),
-        job_id,
-        decision.value,
-        sign_off.reviewer,
-        sign_off.reason,
-        previous_result,
-        previous_validation,
-        corrected_result,
-        None if corrected_verdict is None else corrected_verdict.to_json(),
+    recorded = await review_decisions.insert(
+        conn,
+        job_id=job_id,
+        decision=decision.value,
+        reviewer=sign_off.reviewer,
+        reason=sign_off.reason,
+        previous_result=previous_result,
+        previous_validation=previous_validation,
+        corrected_result=corrected_result,
+        corrected_validation=None if corrected_verdict is None else corrected_verdict.to_json(),
     )
-    assert row is not None, "INSERT ... RETURNING returns the row"
     return ReviewDecision(
-        id=row["id"],
+        id=recorded.id,
         job_id=job_id,
         decision=decision,
         reviewer=sign_off.reviewer,
         reason=sign_off.reason,
-        decided_at=row["decided_at"],
+        decided_at=recorded.decided_at,
         previous_result=previous_result,
         previous_validation=previous_validation,
         corrected_result=corrected_result,
@@ -375,7 +376,7 @@ async def list_queue(
     """One page of the jobs waiting for a reviewer, in id order, after job `after` (None: from the start)."""
     if not 1 <= limit <= QUEUE_LIMIT_MAX:
         raise ValueError(f"limit must be 1 to {QUEUE_LIMIT_MAX}, not {limit}")
-    rows = await conn.fetch(queries.sql("job_review_queue_list"), after or 0, limit + 1, tenant)
+    rows = await jobs.review_queue_page(conn, after=after, limit=limit + 1, tenant=tenant)
     page = tuple(
         QueuedJob(
             id=ids.JobId(r["id"]),
@@ -408,7 +409,7 @@ async def _case(conn: asyncpg.Connection, *, job_id: ids.JobId) -> ReviewCase:
     job = await reporting.get_job(conn, job_id=job_id)
     if job is None:
         raise JobNotFound(job_id=job_id)
-    rows = await conn.fetch(queries.sql("review_decision_list_of_job"), job_id)
+    rows = await review_decisions.list_of_job(conn, job_id=job_id)
     return ReviewCase(
         job=job,
         result=await reporting.result_of(conn, job_id=job_id),
@@ -436,7 +437,7 @@ def _verdict(stored: Any) -> validation.Verdict | None:
     if not isinstance(stored, dict):
         return None
     failed = tuple(
-        validation.FailedCheck(check=str(c.get("check")), field=c.get("field"), message=str(c.get("message", "")))
+        validation.FailedCheck.from_json(c)
         for c in stored.get("failed_checks", ())
         if isinstance(c, dict)
     )

@@ -1,4 +1,9 @@
-"""Repository of `batches`: progress counts and timing for status and `lading run`."""
+"""
+Repository of `batches` (`sql/batches.sql`): the batch row acceptance inserts (decided by the
+unique (tenant, idempotency key) index, never by "SELECT then INSERT"), the row an idempotent
+re-acceptance compares against, suspension, and progress counts and timing for status and
+`lading run`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import datetime as dt
 import asyncpg
 
 from lading.db import queries
-from lading.ids import BatchId
+from lading.ids import BatchId, PoolName, TenantName
 from lading.jobs.states import SETTLED, JobState
 
 
@@ -25,6 +30,66 @@ class Progress:
     @property
     def done(self) -> bool:
         return self.settled >= self.total
+
+
+@dataclasses.dataclass(frozen=True)
+class NewBatch:
+    """A batch row as acceptance inserts it."""
+
+    tenant: TenantName
+    namespace: str
+    name: str
+    uid: str
+    idempotency_key: str
+    request_hash: str
+    hash_version: int
+    schema: str
+    pool: PoolName
+    validation_policy: str
+    priority: int
+    deadline_s: int
+    endpoint: str | None
+    suspended: bool
+    total_jobs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Inserted:
+    id: BatchId
+    now: dt.datetime
+    """Database time of the insert (clock_timestamp()): the jobs' deadlines count from it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """The batch already holding a (tenant, idempotency key)."""
+
+    id: BatchId
+    request_hash: str
+    hash_version: int
+    total_jobs: int
+
+
+async def insert(conn: asyncpg.Connection, batch: NewBatch) -> Inserted | None:
+    """Insert the batch row; None when a batch with the same (tenant, idempotency key) exists (the caller
+    then compares request hashes). A concurrent insert of the same key waits for the first to end."""
+    row = await conn.fetchrow(
+        queries.sql("batch_insert"),
+        batch.tenant, batch.namespace, batch.name, batch.uid, batch.idempotency_key, batch.request_hash,
+        batch.hash_version, batch.schema, batch.pool, batch.validation_policy, batch.priority, batch.deadline_s,
+        batch.endpoint, batch.suspended, batch.total_jobs,
+    )  # fmt: skip
+    return None if row is None else Inserted(id=BatchId(row["id"]), now=row["now"])
+
+
+async def get_by_key(conn: asyncpg.Connection, *, tenant: TenantName, idempotency_key: str) -> Stored | None:
+    row = await conn.fetchrow(queries.sql("batch_get_by_key"), tenant, idempotency_key)
+    if row is None:
+        return None
+    return Stored(
+        id=BatchId(row["id"]), request_hash=row["request_hash"], hash_version=row["hash_version"],
+        total_jobs=row["total_jobs"],
+    )
 
 
 async def progress(conn: asyncpg.Connection, *, batch_id: BatchId, total: int) -> Progress:

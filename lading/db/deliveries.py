@@ -405,3 +405,10 @@ def parse_id(text: str) -> DeliveryId:
         return DeliveryId(uuid.UUID(text.strip()))
     except ValueError:
         raise ValueError(f"{text!r} is not a delivery id (a UUID such as 0b6f...-...)") from None
+
+
+async def count_waiting_for_endpoint_by_tenant(conn: asyncpg.Connection) -> dict[str, int]:
+    """Per tenant: due or retrying deliveries whose DeliveryEndpoint is not registered (they wait, unclaimed,
+    until it appears)."""
+    rows = await conn.fetch(queries.sql("delivery_count_waiting_for_endpoint_by_tenant"))
+    return {r["tenant"]: int(r["n"]) for r in rows}

@@ -54,6 +54,12 @@ MAX_SHARES = 1000
 """Most tenants `shares_of_pool` lists."""
 
 
+async def register_queue(conn: asyncpg.Connection, *, pool: PoolName, tenant: TenantName) -> None:
+    """Give `tenant` a queue in `pool` for fair claiming (nothing when it has one). Acceptance calls it
+    in its transaction: the claim plan only considers registered queues."""
+    await conn.execute(queries.sql("tenant_queue_register"), pool, tenant)
+
+
 async def tenant_budget(conn: asyncpg.Connection, *, tenant: TenantName) -> TenantBudget | None:
     """Today's budget of `tenant`, or None when there is no such tenant."""
     row = await conn.fetchrow(queries.sql("tenant_budget_get"), tenant)

@@ -38,6 +38,15 @@ class DocumentSource:
     """The batch's namespace (from its row): file:// URIs are read only beneath its directories."""
 
 
+async def copy_texts(conn: asyncpg.Connection, documents: Sequence[tuple[JobId, str]]) -> None:
+    """Insert inline documents (job id, text) with COPY, each with its size in UTF-8 bytes."""
+    await conn.copy_records_to_table(
+        "job_documents",
+        records=[(job_id, text, len(text.encode())) for job_id, text in documents],
+        columns=("job_id", "text", "bytes"),
+    )
+
+
 async def sources(conn: asyncpg.Connection, job_ids: Sequence[JobId]) -> dict[JobId, DocumentSource]:
     """URI, digest and size of the given jobs' documents; jobs with inline text are absent."""
     if not job_ids:

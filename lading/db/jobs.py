@@ -75,6 +75,35 @@ async def allocate_ids(conn: asyncpg.Connection, *, count: int) -> list[JobId]:
     return [JobId(r["id"]) for r in rows]
 
 
+NEW_JOB_COLUMNS = (
+    "id", "tenant", "batch_id", "ordinal", "document_key", "request_hash", "content_sha256", "pool", "schema",
+    "validation_policy", "priority", "max_attempts", "deadline_at",
+)  # fmt: skip
+"""The columns of a new job row, in the order `copy_new` takes them."""
+
+
+async def copy_new(conn: asyncpg.Connection, records: Sequence[tuple[Any, ...]]) -> None:
+    """Insert new READY jobs with COPY (a 10,000-job batch in a few round trips); each record holds
+    `NEW_JOB_COLUMNS` in order. Only acceptance writes new jobs, in its transaction."""
+    await conn.copy_records_to_table("extraction_jobs", records=records, columns=NEW_JOB_COLUMNS)
+
+
+async def ids_of_batch(conn: asyncpg.Connection, *, batch_id: BatchId) -> tuple[JobId, ...]:
+    """All of a batch's job ids, in batch order, fetched as one array (about 40 bytes per job)."""
+    ids: list[int] = await conn.fetchval(queries.sql("job_ids_of_batch"), batch_id)
+    return tuple(JobId(i) for i in ids)
+
+
+async def hold_batch(conn: asyncpg.Connection, *, batch_id: BatchId) -> None:
+    """Mark all of a batch's jobs suspended (a batch accepted suspended): none enters the claim index."""
+    await conn.execute(queries.sql("job_hold_batch"), batch_id)
+
+
+async def notify_available(conn: asyncpg.Connection, *, pool: PoolName) -> None:
+    """Wake the idle claimers of `pool` when the caller's transaction commits."""
+    await conn.execute(queries.sql("job_notify_available"), pool)
+
+
 CLAIM_AGING_S = 300.0
 """Priority aging step: a job ranks as if it were one class higher per this many seconds of
 waiting (a `low` job due for 10 minutes ranks with a `high` one due now). It is built into the
@@ -242,3 +271,63 @@ async def get(conn: asyncpg.Connection, *, job_id: JobId) -> asyncpg.Record | No
 async def attempts_of(conn: asyncpg.Connection, *, job_id: JobId) -> list[asyncpg.Record]:
     rows: list[asyncpg.Record] = await conn.fetch(queries.sql("job_attempts_of"), job_id)
     return rows
+
+
+async def review_queue_page(
+        conn: asyncpg.Connection,
+        *,
+        after: JobId | None,
+        limit: int,
+        tenant: str | None,
+) -> list[asyncpg.Record]:
+    """Up to `limit` jobs waiting for a reviewer with ids after `after` (None: from the start), in id
+    order, of `tenant` (None: every tenant): id, tenant, batch_namespace, batch_name, document_key,
+    validation_policy, waiting_since, waiting_age_s and failed_checks (the stored verdict's check ids)."""
+    rows: list[asyncpg.Record] = await conn.fetch(queries.sql("job_review_queue_list"), after or 0, limit, tenant)
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class CorrectionSubject:
+    """What judging a reviewer's correction of a job needs."""
+
+    schema: str
+    validation_policy: str
+    text: str
+    """The document's stored text. (A document given by manifest stores none: the row holds NULL,
+    passed on as it is.)"""
+
+
+async def get_for_correction(conn: asyncpg.Connection, *, job_id: JobId) -> CorrectionSubject | None:
+    """The job's schema, validation policy and document text; None when the job or its document is missing."""
+    row = await conn.fetchrow(queries.sql("job_get_for_correction"), job_id)
+    if row is None:
+        return None
+    return CorrectionSubject(schema=row["schema"], validation_policy=row["validation_policy"], text=row["text"])
+
+
+async def count_unfinished_by_state(conn: asyncpg.Connection) -> dict[tuple[PoolName, str, JobState], int]:
+    """Jobs not yet settled (waiting, running, under review) by (pool, tenant, state). Settled states are
+    not counted: they grow without bound, and a count over them would scan history."""
+    rows = await conn.fetch(queries.sql("job_count_unfinished_by_state"))
+    return {(PoolName(r["pool"]), r["tenant"], JobState(r["state"])): int(r["n"]) for r in rows}
+
+
+async def oldest_eligible_age_by_pool(conn: asyncpg.Connection) -> dict[PoolName, float]:
+    """Per pool with an eligible job: how long the oldest has waited, in seconds (the autoscaling signal)."""
+    rows = await conn.fetch(queries.sql("job_oldest_eligible_age_by_pool"))
+    return {PoolName(r["pool"]): float(r["age_s"]) for r in rows}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewQueueSummary:
+    size: int
+    oldest_age_s: float
+    """0 when the queue is empty."""
+
+
+async def review_queue_summary(conn: asyncpg.Connection) -> ReviewQueueSummary:
+    """How many jobs wait for a reviewer, and how long the oldest has waited."""
+    row = await conn.fetchrow(queries.sql("job_review_queue_summary"))
+    assert row is not None  # an aggregate without GROUP BY: always one row
+    return ReviewQueueSummary(size=int(row["size"]), oldest_age_s=float(row["oldest_age_s"]))

@@ -60,7 +60,7 @@ class EndpointHealth:
 async def batch(
     conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName, idempotency_key: str
 ) -> ObservedBatch | None:
-    row = await conn.fetchrow(queries.sql("observed_batch"), tenant, idempotency_key)
+    row = await conn.fetchrow(queries.sql("batch_get_observed"), tenant, idempotency_key)
     if row is None:
         return None
     counts = {state: 0 for state in JobState}
@@ -79,26 +79,26 @@ async def batch(
 
 
 async def batch_failures(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: BatchId, limit: int) -> list[Failure]:
-    rows = await conn.fetch(queries.sql("observed_batch_failures"), batch_id, limit)
+    rows = await conn.fetch(queries.sql("job_list_failures_of_batch"), batch_id, limit)
     return [Failure(r["document_key"], r["error_class"], r["error"], r["finished_at"]) for r in rows]
 
 
 async def has_table(conn: asyncpg.Connection | asyncpg.Pool, *, name: str) -> bool:
-    return bool(await conn.fetchval(queries.sql("observed_table_exists"), name))
+    return bool(await conn.fetchval(queries.sql("catalog_table_exists"), name))
 
 
 async def batch_delivered(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: BatchId) -> int:
-    return int(await conn.fetchval(queries.sql("observed_batch_delivered"), batch_id))
+    return int(await conn.fetchval(queries.sql("delivery_count_delivered_of_batch"), batch_id))
 
 
 async def tenant_usage(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> TenantUsage:
-    row = await conn.fetchrow(queries.sql("observed_tenant_usage"), tenant)
+    row = await conn.fetchrow(queries.sql("tenant_usage_now"), tenant)
     assert row is not None, "an aggregate always returns a row"
     return TenantUsage(row["queued_jobs"], row["queued_bytes"], row["in_flight"])
 
 
 async def endpoint_health(conn: asyncpg.Connection | asyncpg.Pool, *, endpoint: str) -> EndpointHealth | None:
-    row = await conn.fetchrow(queries.sql("observed_endpoint_health"), endpoint)
+    row = await conn.fetchrow(queries.sql("endpoint_get_health"), endpoint)
     if row is None:
         return None
     return EndpointHealth(
@@ -108,10 +108,10 @@ async def endpoint_health(conn: asyncpg.Connection | asyncpg.Pool, *, endpoint: 
 
 
 async def tenant_max_queued_bytes(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> int | None:
-    value = await conn.fetchval(queries.sql("observed_tenant_max_queued_bytes"), tenant)
+    value = await conn.fetchval(queries.sql("tenant_max_queued_bytes"), tenant)
     return None if value is None else int(value)
 
 
 async def batch_tenant(conn: asyncpg.Connection | asyncpg.Pool, *, idempotency_key: str) -> TenantName | None:
-    value = await conn.fetchval(queries.sql("observed_batch_tenant"), idempotency_key)
+    value = await conn.fetchval(queries.sql("batch_tenant_by_key"), idempotency_key)
     return None if value is None else TenantName(value)

@@ -33,6 +33,11 @@ class OutboxEvent:
     created_at: datetime.datetime
 
 
+async def insert_batch_accepted(conn: asyncpg.Connection, *, batch_id: int, payload: dict[str, Any]) -> None:
+    """The `batch.accepted.v1` event of a batch, in the accepting transaction."""
+    await conn.execute(queries.sql("outbox_insert_batch_accepted"), batch_id, payload)
+
+
 async def claim_batch(
         conn: asyncpg.Connection | asyncpg.Pool,
         *,
@@ -136,3 +141,21 @@ async def wake_batch_pool(conn: asyncpg.Connection, *, batch_id: int) -> bool:
     """NOTIFY the claimers of the batch's pool at commit; False when the batch is unknown."""
     rows = await conn.fetch(queries.sql("inbox_wake_batch_pool"), batch_id)
     return bool(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class BacklogSummary:
+    unpublished: int
+    """Events waiting for the relay."""
+    oldest_age_s: float
+    """Age of the oldest of them; 0 when none."""
+    set_aside: int
+    """Events set aside as unstorable: they wait for a human, not for the relay."""
+
+
+async def backlog_summary(conn: asyncpg.Connection) -> BacklogSummary:
+    row = await conn.fetchrow(queries.sql("outbox_backlog_summary"))
+    assert row is not None  # an aggregate without GROUP BY: always one row
+    return BacklogSummary(
+        unpublished=int(row["unpublished"]), oldest_age_s=float(row["oldest_age_s"]), set_aside=int(row["set_aside"])
+    )

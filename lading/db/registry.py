@@ -161,3 +161,18 @@ async def batch_exists(conn: asyncpg.Connection, *, tenant: TenantName, idempote
 async def pause_pool(conn: asyncpg.Connection, *, name: PoolName, seconds: float, reason: str) -> None:
     """Stop claims for `name` for `seconds` (a longer pause already in force stays)."""
     await conn.execute(queries.sql("pool_pause"), name, seconds, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolFlags:
+    pool: PoolName
+    paused: bool
+    """Paused by its spec, or for a while after the provider refused the key or the quota."""
+    cooling: bool
+    """Cooling down after a 429."""
+
+
+async def pool_flags(conn: asyncpg.Connection) -> list[PoolFlags]:
+    """Every registered pool's pause and cooldown, now."""
+    rows = await conn.fetch(queries.sql("pool_list_flags"))
+    return [PoolFlags(pool=PoolName(r["pool"]), paused=r["paused"], cooling=r["cooling"]) for r in rows]

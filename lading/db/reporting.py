@@ -330,7 +330,7 @@ def _failed_checks(stored: Any) -> tuple[verdicts.FailedCheck, ...]:
     if not isinstance(stored, list):
         return ()
     return tuple(
-        verdicts.FailedCheck(check=str(c.get("check", "?")), field=c.get("field"), message=str(c.get("message", "")))
+        verdicts.FailedCheck.from_json(c)
         for c in stored
         if isinstance(c, dict)
     )

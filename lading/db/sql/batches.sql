@@ -10,9 +10,6 @@ RETURNING id, clock_timestamp() AS now;
 -- name: batch_get_by_key
 SELECT id, request_hash, hash_version, total_jobs FROM batches WHERE tenant = $1 AND idempotency_key = $2;
 
--- name: batch_job_ids
-SELECT id FROM extraction_jobs WHERE batch_id = $1 ORDER BY ordinal;
-
 -- name: batch_counts
 -- Per-state counts of one batch, for status and `lading run`'s progress.
 SELECT state, count(*)::int AS n FROM extraction_jobs WHERE batch_id = $1 GROUP BY state;
@@ -54,27 +51,46 @@ SELECT b.id, (SELECT count(*) FROM marked)::int AS jobs,
 -- name: batch_exists
 SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2);
 
--- name: batch_accepted_event
--- One outbox event per accepted batch, and a wake-up for idle claimers of its pool; both
--- take effect at commit. Runs after the job rows are in, in the accepting transaction, so it
--- also registers the tenant's queue in the pool for fair claiming and, for a batch accepted
--- suspended, marks its jobs so they never enter the claim index (docs/fairness.md).
-WITH event AS (
-    INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
-    VALUES (gen_random_uuid(), 'batch', $1, 'batch.accepted.v1', $2)
-), queue AS (
-    INSERT INTO tenant_queues (pool, tenant)
-    SELECT b.pool, b.tenant FROM batches b WHERE b.id = $1
-    ON CONFLICT DO NOTHING
-), held AS (
-    UPDATE extraction_jobs j
-       SET suspended = true
-      FROM batches b
-     WHERE b.id = $1 AND b.suspended AND j.batch_id = b.id
-)
-SELECT pg_notify('lading_jobs', $3);
+-- name: batch_get_observed
+-- One batch as the operator reports it, in one round trip: identity, per-state counts, the age
+-- of the oldest job eligible to run now, and the latest finishing time. $1 tenant, $2 idempotency key.
+SELECT b.id, b.total_jobs, b.created_at, b.suspended, b.endpoint,
+       coalesce((SELECT jsonb_object_agg(c.state, c.n)
+                   FROM (SELECT state, count(*) AS n FROM extraction_jobs WHERE batch_id = b.id GROUP BY state) c),
+                '{}'::jsonb) AS counts,
+       (SELECT extract(epoch FROM clock_timestamp() - min(j.available_at))::float8
+          FROM extraction_jobs j
+         WHERE j.batch_id = b.id AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= clock_timestamp()
+       ) AS oldest_eligible_s,
+       (SELECT max(j.finished_at) FROM extraction_jobs j WHERE j.batch_id = b.id) AS last_finished_at
+  FROM batches b
+ WHERE b.tenant = $1 AND b.idempotency_key = $2;
 
--- name: batch_job_id_array
--- The batch's job ids in batch order as ONE int8[] value: a million ids decode to a list of
--- ints without a Record per row.
-SELECT coalesce(array_agg(id ORDER BY ordinal), '{}') AS ids FROM extraction_jobs WHERE batch_id = $1;
+-- name: batch_tenant_by_key
+-- The tenant a batch was accepted under, by its idempotency key alone (a deleted batch whose
+-- namespace no quota covers any more).
+SELECT tenant FROM batches WHERE idempotency_key = $1 ORDER BY id LIMIT 1;
+
+-- name: batch_list_report
+-- Batches in progress (a job not yet settled: waiting or running), oldest first, at most $1,
+-- with per-state counts. The open set comes from the claimable and leases indexes; the counts
+-- from the (batch_id, document_key) index, one batch at a time.
+WITH open AS (
+    SELECT batch_id FROM extraction_jobs WHERE state IN ('READY', 'RETRY_SCHEDULED')
+     UNION
+    SELECT batch_id FROM extraction_jobs WHERE state = 'RUNNING'
+), picked AS (
+    SELECT b.id, b.tenant, b.namespace, b.name, b.pool, b.total_jobs, b.suspended, b.created_at
+      FROM batches b
+     WHERE b.id IN (SELECT batch_id FROM open)
+     ORDER BY b.id
+     LIMIT $1
+)
+SELECT p.id, p.tenant, p.namespace, p.name, p.pool, p.total_jobs, p.suspended, p.created_at,
+       extract(epoch FROM now() - p.created_at)::float8 AS age_s, c.states, c.counts
+  FROM picked p
+ CROSS JOIN LATERAL (
+       SELECT array_agg(s.state ORDER BY s.state) AS states, array_agg(s.n ORDER BY s.state) AS counts
+         FROM (SELECT state, count(*)::int AS n FROM extraction_jobs WHERE batch_id = p.id GROUP BY state) s
+       ) c
+ ORDER BY p.id;

@@ -269,3 +269,24 @@ UPDATE endpoints e
        last_auth_status = coalesce($6, e.last_auth_status)
  WHERE e.name = $1
 RETURNING e.breaker_state, e.auth_failing;
+
+-- name: delivery_count_waiting_for_endpoint_by_tenant
+-- Per tenant: deliveries due or retrying whose DeliveryEndpoint is not registered (the batch named
+-- one that does not exist, or it was deleted). The claim skips them, so they wait, invisible to every
+-- other metric, until the endpoint appears. Reads the partial index of due deliveries only.
+SELECT j.tenant, count(*)::bigint AS n
+  FROM deliveries d
+  JOIN extraction_jobs j ON j.id = d.job_id
+ WHERE d.state IN ('PENDING', 'RETRY_SCHEDULED')
+   AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = d.endpoint)
+ GROUP BY j.tenant;
+
+-- name: endpoint_get_health
+-- The dispatcher's view of an endpoint: breaker and auth state, and delivery counts by state.
+SELECT e.breaker_state, e.auth_failing, e.last_auth_status,
+       (SELECT count(*) FROM deliveries d WHERE d.endpoint = e.name AND d.state = 'DELIVERED')::bigint AS delivered,
+       (SELECT count(*) FROM deliveries d
+         WHERE d.endpoint = e.name AND d.state IN ('PENDING', 'IN_FLIGHT', 'RETRY_SCHEDULED'))::bigint AS pending,
+       (SELECT count(*) FROM deliveries d WHERE d.endpoint = e.name AND d.state = 'UNKNOWN_EXTERNAL')::bigint AS unknown,
+       (SELECT count(*) FROM deliveries d WHERE d.endpoint = e.name AND d.state = 'FAILED_TERMINAL')::bigint AS failed
+  FROM endpoints e WHERE e.name = $1;

@@ -7,6 +7,21 @@
 -- name: job_allocate_ids
 SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);
 
+-- name: job_ids_of_batch
+-- Batch $1's job ids in batch order as ONE int8[] value: a million ids decode to a list of
+-- ints without a Record per row.
+SELECT coalesce(array_agg(id ORDER BY ordinal), '{}') AS ids FROM extraction_jobs WHERE batch_id = $1;
+
+-- name: job_hold_batch
+-- Mark every job of batch $1 suspended, so none enters the claim index
+-- (extraction_jobs_fair_claimable); acceptance runs it, after the job rows are in, for a batch
+-- accepted suspended (docs/fairness.md). Resumption is batch_set_suspended.
+UPDATE extraction_jobs SET suspended = true WHERE batch_id = $1;
+
+-- name: job_notify_available
+-- Wake the idle claimers of pool $1 (NOTIFY on channel lading_jobs, delivered at commit).
+SELECT pg_notify('lading_jobs', $1);
+
 -- name: job_claim_batch
 -- READY | RETRY_SCHEDULED -> RUNNING for up to $2 jobs of pool $1, shared fairly among its
 -- tenants; $3 worker id, $4 lease TTL (s). One statement:
@@ -288,3 +303,120 @@ SELECT id, tenant, batch_id, document_key, state, attempt, max_attempts, fence, 
 SELECT fence, attempt, worker_id, started_at, finished_at, outcome, error_class, error,
        tokens_in, tokens_out, latency_ms
   FROM job_attempts WHERE job_id = $1 ORDER BY fence;
+
+-- name: job_review_queue_list
+-- One keyset page of the jobs waiting for a reviewer, in id order: ids after $1 (0 = from the
+-- start), at most $2 rows (the caller asks for one more than it shows, to learn whether
+-- another page exists), of tenant $3 (NULL = every tenant). Walks
+-- extraction_jobs_review_queue_by_id (migration 0003); the failed check ids come from the
+-- stored verdict ({"failed_checks": [{"check": ...}, ...]}), [] when it has none.
+SELECT j.id, j.tenant, b.namespace AS batch_namespace, b.name AS batch_name, j.document_key,
+       j.validation_policy, j.updated_at AS waiting_since,
+       extract(epoch FROM now() - j.updated_at)::float8 AS waiting_age_s,
+       coalesce(jsonb_path_query_array(r.validation, '$.failed_checks[*].check'), '[]'::jsonb) AS failed_checks
+  FROM extraction_jobs j
+  JOIN batches b ON b.id = j.batch_id
+  LEFT JOIN results r ON r.job_id = j.id
+ WHERE j.state = 'REVIEW_REQUIRED'
+   AND j.id > $1
+   AND ($3::text IS NULL OR j.tenant = $3)
+ ORDER BY j.id
+ LIMIT $2;
+
+-- name: job_get_for_correction
+-- What judging a correction of job $1 needs: its schema, its validation policy and its
+-- document's text (which the policy's evidence checks quote).
+SELECT j.schema, j.validation_policy, d.text
+  FROM extraction_jobs j
+  JOIN job_documents d ON d.job_id = j.id
+ WHERE j.id = $1;
+
+-- name: job_count_unfinished_by_state
+-- Non-terminal jobs by pool, tenant and state. Terminal states are not counted here: they grow
+-- without bound and a count over them would cost a scan of history every interval; the
+-- attempts-finished counters and `lading jobs list` cover them.
+SELECT pool, tenant, state, count(*)::bigint AS n
+  FROM extraction_jobs
+ WHERE state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING', 'REVIEW_REQUIRED')
+ GROUP BY pool, tenant, state;
+
+-- name: job_oldest_eligible_age_by_pool
+-- Per pool: age of the oldest job that could run now (the autoscaling signal).
+SELECT pool, extract(epoch FROM now() - min(available_at))::float8 AS age_s
+  FROM extraction_jobs
+ WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()
+ GROUP BY pool;
+
+-- name: job_review_queue_summary
+-- Jobs awaiting a reviewer, and how long the oldest has waited.
+SELECT count(*)::bigint AS size, coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS oldest_age_s
+  FROM extraction_jobs
+ WHERE state = 'REVIEW_REQUIRED';
+
+-- name: job_list_failures_of_batch
+-- The most recent terminal failures of batch $1, newest first, at most $2.
+SELECT document_key, coalesce(last_error_class, 'Failed') AS error_class, coalesce(last_error, '') AS error,
+       finished_at
+  FROM extraction_jobs
+ WHERE batch_id = $1 AND state = 'FAILED_TERMINAL'
+ ORDER BY finished_at DESC, id DESC
+ LIMIT $2;
+
+-- name: job_list_report
+-- One keyset page of jobs in id order: ids after $1 (0 = from the start), at most $2 rows
+-- (the caller asks for one more than it shows, to learn whether another page exists).
+-- Filters are NULL when not given: $3 tenant, $4 states, $5 pool. Walks the primary key
+-- until the page is full: no index serves tenant or a settled state, so a rare match costs
+-- a longer walk, never more than the table.
+SELECT j.id, j.tenant, b.namespace AS batch_namespace, b.name AS batch_name, j.document_key, j.state,
+       j.attempt, j.max_attempts, j.last_error_class, j.updated_at,
+       extract(epoch FROM now() - j.updated_at)::float8 AS updated_age_s
+  FROM extraction_jobs j
+  JOIN batches b ON b.id = j.batch_id
+ WHERE j.id > $1
+   AND ($3::text IS NULL OR j.tenant = $3)
+   AND ($4::text[] IS NULL OR j.state = ANY ($4::text[]))
+   AND ($5::text IS NULL OR j.pool = $5)
+ ORDER BY j.id
+ LIMIT $2;
+
+-- name: job_list_report_in_batch
+-- job_list_report for the jobs of the batches named $6/$7 (namespace, name: several when
+-- one was deleted and created again). MATERIALIZED makes the planner find them through the
+-- (batch_id, document_key) index and sort them, costing one batch, instead of walking the
+-- primary key across every older job to fill the page.
+WITH named AS (
+    SELECT id, namespace, name FROM batches WHERE namespace = $6 AND name = $7 ORDER BY id LIMIT 100
+), candidates AS MATERIALIZED (
+    SELECT j.id, j.tenant, n.namespace AS batch_namespace, n.name AS batch_name, j.document_key, j.state,
+           j.attempt, j.max_attempts, j.last_error_class, j.updated_at
+      FROM named n
+      JOIN extraction_jobs j ON j.batch_id = n.id
+     WHERE j.id > $1
+       AND ($3::text IS NULL OR j.tenant = $3)
+       AND ($4::text[] IS NULL OR j.state = ANY ($4::text[]))
+       AND ($5::text IS NULL OR j.pool = $5)
+)
+SELECT c.*, extract(epoch FROM now() - c.updated_at)::float8 AS updated_age_s
+  FROM candidates c
+ ORDER BY c.id
+ LIMIT $2;
+
+-- name: job_get_report
+-- One job with its batch's name, by primary key. Never the document text: see document_get_report.
+SELECT j.id, j.tenant, j.batch_id, b.namespace AS batch_namespace, b.name AS batch_name, j.pool, j.schema,
+       j.validation_policy, j.document_key, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
+       j.lease_until, j.worker_id, j.available_at, j.deadline_at, j.created_at, j.updated_at, j.finished_at,
+       j.last_error_class, j.last_error, now() AS as_of
+  FROM extraction_jobs j
+  JOIN batches b ON b.id = j.batch_id
+ WHERE j.id = $1;
+
+-- name: job_review_queue_report
+-- Jobs waiting for a reviewer, and since when (updated_at is when they entered the state:
+-- nothing touches a job in REVIEW_REQUIRED until a reviewer or a cancellation moves it).
+-- Uses extraction_jobs_review_queue (migration 0002).
+SELECT count(*)::bigint AS size, min(updated_at) AS oldest_at,
+       extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s
+  FROM extraction_jobs
+ WHERE state = 'REVIEW_REQUIRED';

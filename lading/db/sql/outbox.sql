@@ -2,6 +2,12 @@
 -- database clock: a relay that dies mid-batch leaves rows that another relay takes once
 -- claim_until has passed. No statement here is ever held open across a broker publish.
 
+-- name: outbox_insert_batch_accepted
+-- The batch.accepted.v1 event of batch $1 with payload $2, written in the accepting
+-- transaction (it commits with the batch or not at all).
+INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, type, payload)
+VALUES (gen_random_uuid(), 'batch', $1, 'batch.accepted.v1', $2);
+
 -- name: outbox_claim_batch
 -- Up to $2 committed, unpublished events whose claim is free or expired, oldest first,
 -- claimed by relay $1 for $3 seconds. SKIP LOCKED: concurrent relays take disjoint rows.
@@ -106,3 +112,33 @@ RETURNING event_id;
 -- Wake the claimers of the pool that batch $1 belongs to (takes effect at commit). The pool
 -- comes from the batch row, never from the message.
 SELECT pg_notify('lading_jobs', b.pool) FROM batches b WHERE b.id = $1;
+
+-- name: outbox_backlog_summary
+-- Events waiting for the relay, and the age of the oldest (from the unpublished index); and the
+-- events set aside as unstorable (migration 0015), which wait for a human instead.
+SELECT count(*) FILTER (WHERE set_aside_at IS NULL)::bigint AS unpublished,
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8
+           AS oldest_age_s,
+       count(*) FILTER (WHERE set_aside_at IS NOT NULL)::bigint AS set_aside
+  FROM outbox_events
+ WHERE published_at IS NULL;
+
+-- name: outbox_list_report
+-- The events of job $1 (state changes written by the trigger), at most $2.
+-- Uses outbox_events_by_job (migration 0002).
+SELECT id, event_id, type, created_at, published_at
+  FROM outbox_events
+ WHERE aggregate_type = 'job' AND aggregate_id = $1
+ ORDER BY id
+ LIMIT $2;
+
+-- name: outbox_backlog_report
+-- Events waiting for the relay, and the oldest of them, from the unpublished index. Events set
+-- aside as unstorable (migration 0015) wait for a human, not the relay: they are not backlog.
+WITH oldest AS (
+    SELECT created_at FROM outbox_events WHERE published_at IS NULL AND set_aside_at IS NULL ORDER BY id LIMIT 1
+)
+SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_aside_at IS NULL)::bigint
+           AS unpublished,
+       (SELECT created_at FROM oldest) AS oldest_at,
+       extract(epoch FROM now() - (SELECT created_at FROM oldest))::float8 AS oldest_age_s;

@@ -28,3 +28,62 @@ SELECT EXISTS (SELECT 1 FROM endpoints WHERE name = $1);
 -- Unregister pool $1 unless a batch refers to it (those rows stay, with their history).
 DELETE FROM pools p WHERE p.name = $1 AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.pool = p.name)
 RETURNING p.name;
+
+-- name: pool_list_flags
+-- Per pool: paused (by spec, or after the provider refused the key or the quota), and cooling
+-- down after a 429. Few rows: one per InferencePool.
+SELECT name AS pool,
+       (paused OR coalesce(paused_until > now(), false)) AS paused,
+       coalesce(cooldown_until > now(), false) AS cooling
+  FROM pools;
+
+-- name: pool_status_report
+-- Per pool (at most $1, by name): the due backlog and the oldest due job, from the claimable
+-- index (pool, priority, available_at, id); running jobs from the leases index.
+WITH running AS (
+    SELECT pool, count(*)::bigint AS n FROM extraction_jobs WHERE state = 'RUNNING' GROUP BY pool
+)
+SELECT p.name, p.paused, q.backlog, coalesce(r.n, 0)::bigint AS running, q.oldest_available_at,
+       extract(epoch FROM now() - q.oldest_available_at)::float8 AS oldest_age_s
+  FROM (SELECT name, paused OR coalesce(paused_until > now(), false) AS paused  -- by spec, or for a refused key/quota
+          FROM pools ORDER BY name LIMIT $1) p
+ CROSS JOIN LATERAL (
+       SELECT count(*)::bigint AS backlog, min(available_at) AS oldest_available_at
+         FROM extraction_jobs
+        WHERE pool = p.name AND state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()
+       ) q
+  LEFT JOIN running r ON r.pool = p.name
+ ORDER BY p.name;
+
+-- name: pool_scaling_load
+-- Pool $1: eligible backlog (what a claim could take now: waiting, not suspended, due, inside
+-- deadline and attempt budget) and its oldest, calls in flight, and the pool's pause and 429
+-- cooldown.
+WITH waiting AS (
+    SELECT count(*)::bigint AS backlog, min(available_at) AS oldest_available_at
+      FROM extraction_jobs
+     WHERE pool = $1 AND state IN ('READY', 'RETRY_SCHEDULED') AND NOT suspended
+       AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts
+), running AS (
+    SELECT count(*)::bigint AS in_flight FROM extraction_jobs WHERE state = 'RUNNING' AND pool = $1
+)
+SELECT w.backlog, w.oldest_available_at,
+       CASE WHEN w.oldest_available_at IS NOT NULL     -- greatest() would turn "none" into 0
+            THEN greatest(extract(epoch FROM now() - w.oldest_available_at), 0) END::float8 AS oldest_age_s,
+       r.in_flight, coalesce(p.paused, false) AS paused, p.paused_until, p.paused_reason, p.cooldown_until,
+       now() AS at
+  FROM waiting w
+ CROSS JOIN running r
+  LEFT JOIN pools p ON p.name = $1;
+
+-- name: pool_scaling_attempt_stats
+-- Pool $1: model calls started in the last $2 seconds and finished: how many, their mean
+-- latency (s) and mean tokens as the limiter counts them (used, or the reservation when the
+-- provider reported none).
+SELECT count(*)::bigint AS attempts,
+       avg(extract(epoch FROM released_at - acquired_at))::float8 AS mean_latency_s,
+       avg(coalesce(tokens_used, tokens_reserved))::float8 AS mean_tokens
+  FROM limiter_permits
+ WHERE pool = $1
+   AND acquired_at > now() - make_interval(secs => $2)
+   AND released_at IS NOT NULL;

@@ -53,3 +53,24 @@ SELECT name, max_queued_jobs, (spec ->> 'maxQueuedBytes')::bigint AS max_queued_
 SELECT coalesce(sum(d.bytes), 0)::bigint
   FROM extraction_jobs j JOIN job_documents d ON d.job_id = j.id
  WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+
+-- name: tenant_usage_now
+-- What a tenant's quota bounds, now: jobs waiting or running, their document bytes, model calls in flight.
+SELECT count(*)::bigint AS queued_jobs,
+       coalesce(sum(d.bytes), 0)::bigint AS queued_bytes,
+       count(*) FILTER (WHERE j.state = 'RUNNING')::bigint AS in_flight
+  FROM extraction_jobs j LEFT JOIN job_documents d ON d.job_id = j.id
+ WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+
+-- name: tenant_max_queued_bytes
+SELECT (spec ->> 'maxQueuedBytes')::bigint FROM tenants WHERE name = $1;
+
+-- name: tenant_budget_get
+-- A tenant's daily token budget today (UTC): the limit, what was used, whether it is spent,
+-- and when the day (and so the budget) resets.
+SELECT t.name AS tenant, t.daily_token_budget AS budget, coalesce(u.tokens, 0)::bigint AS used,
+       (t.daily_token_budget IS NOT NULL AND coalesce(u.tokens, 0) >= t.daily_token_budget) AS exhausted,
+       (((clock_timestamp() AT TIME ZONE 'UTC')::date + 1)::timestamp AT TIME ZONE 'UTC') AS resets_at
+  FROM tenants t
+  LEFT JOIN tenant_usage u ON u.tenant = t.name AND u.day = (clock_timestamp() AT TIME ZONE 'UTC')::date
+ WHERE t.name = $1;

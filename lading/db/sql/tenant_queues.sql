@@ -1,14 +1,5 @@
--- Fair claiming's state, for status and conditions (migration 0010, docs/fairness.md).
-
--- name: tenant_budget_get
--- A tenant's daily token budget today (UTC): the limit, what was used, whether it is spent,
--- and when the day (and so the budget) resets.
-SELECT t.name AS tenant, t.daily_token_budget AS budget, coalesce(u.tokens, 0)::bigint AS used,
-       (t.daily_token_budget IS NOT NULL AND coalesce(u.tokens, 0) >= t.daily_token_budget) AS exhausted,
-       (((clock_timestamp() AT TIME ZONE 'UTC')::date + 1)::timestamp AT TIME ZONE 'UTC') AS resets_at
-  FROM tenants t
-  LEFT JOIN tenant_usage u ON u.tenant = t.name AND u.day = (clock_timestamp() AT TIME ZONE 'UTC')::date
- WHERE t.name = $1;
+-- tenant_queues: fair claiming's per-(pool, tenant) state (migration 0010, docs/fairness.md).
+-- Acceptance registers a queue, the claim (job_claim_batch) charges it; the rest is for status.
 
 -- name: tenant_queues_of_pool
 -- The fair-share state of a pool's tenants (at most $2, by name): weight, virtual time, jobs
@@ -25,3 +16,8 @@ SELECT q.tenant, t.weight, t.max_in_flight, q.vtime, q.served, q.served_at,
  WHERE q.pool = $1
  ORDER BY q.tenant
  LIMIT $2;
+
+-- name: tenant_queue_register
+-- Register tenant $2's queue in pool $1 for fair claiming (a no-op when it exists). Acceptance
+-- runs it in its transaction, so a batch's jobs are never claimable without their queue.
+INSERT INTO tenant_queues (pool, tenant) VALUES ($1, $2) ON CONFLICT DO NOTHING;
