@@ -27,11 +27,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+from lading_worker import dispatching
 
 from lading import accepting
 from lading.db import jobs, registry
 from lading.db import pool as dbpool
-from lading.delivery import dispatching, egress
+from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.ids import PoolName, TenantName, WorkerId
 from lading.jobs import transitions

@@ -185,7 +185,7 @@ class EventSettings:
 
 @dataclasses.dataclass(frozen=True)
 class DeliverySettings:
-    """The delivery dispatcher (lading/delivery/dispatching.py). Retry budgets come from each
+    """The delivery dispatcher (worker/lading_worker/dispatching.py). Retry budgets come from each
     DeliveryEndpoint's `retryBudget`; the rest is here."""
 
     concurrency: int = 64

@@ -24,9 +24,10 @@ from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 from lading_webhook_receiver import serving
+from lading_worker import dispatching
 
 from lading.db import deliveries
-from lading.delivery import dispatching, egress
+from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.ids import BatchId
 from lading.models import manifests

@@ -21,13 +21,14 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from lading import health
+from lading_worker import broker, relaying
+
+from lading import health, looping
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading.events import relay, wiring
 from lading.settings import BrokerTopology, EventSettings, IngressSettings, RelaySettings
 
-AMQP_URL_ENV = wiring.AMQP_URL_ENV
+AMQP_URL_ENV = broker.AMQP_URL_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,19 +91,12 @@ async def _serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay
         await migrating.migrate(conn)
     finally:
         await conn.close()
-    config = wiring.BrokerConfig(amqp_url=amqp_url, settings=settings, relay=with_relay, ingress=with_ingress)
+    config = broker.BrokerConfig(amqp_url=amqp_url, settings=settings, relay=with_relay, ingress=with_ingress)
     db = await dbpool.create_pool(dsn, min_size=1, max_size=config.connections)
     try:
-        tasks = [asyncio.create_task(loop(stop), name=name) for name, loop in config.loops(db, owner=relay.new_owner())]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            stop.set()
-            for task in done:
-                task.result()  # a loop died: re-raise once the others have stopped
-        finally:
-            stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*tasks, return_exceptions=True)
+        loops = config.loops(db, owner=relaying.new_owner())
+        # A loop that dies stops the other, and its error is re-raised once both have stopped.
+        await looping.supervise(looping.spawn((name, loop(stop)) for name, loop in loops), stop=stop)
     finally:
         await db.close()
 

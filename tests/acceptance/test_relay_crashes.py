@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import aio_pika.abc
 import asyncpg
 import pytest
+from lading_worker import consuming, relaying
 
-from lading.events import ingress, relay
 from lading.settings import BrokerTopology, EventSettings, IngressSettings, RelaySettings
 from tests.support import broker, processes, waiting
 
@@ -71,7 +71,7 @@ async def _count(db: asyncpg.Connection, sql: str) -> int:
     return int(await db.fetchval(sql))
 
 
-async def _handled(consumer: ingress.IngressConsumer, n: int) -> bool:
+async def _handled(consumer: consuming.IngressConsumer, n: int) -> bool:
     c = consumer.counts
     return c.recorded + c.duplicate + c.quarantined + c.rejected >= n
 
@@ -102,8 +102,8 @@ async def test_a_relay_killed_between_confirm_and_mark_republishes_and_the_inbox
         assert await broker.queue_depth(channel, names.name(names.ingress_queue)) == n
 
         settings = _settings(names)
-        survivor = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
-        consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
+        survivor = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
+        consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
         async with waiting.running(consumer.run_forever), waiting.running(survivor.run_forever):
             await waiting.until(functools.partial(_drained, db), timeout_s=30)  # after the dead claim expired
             await waiting.until(functools.partial(_handled, consumer, 2 * n), timeout_s=30)
@@ -119,7 +119,7 @@ async def test_a_consumer_killed_between_commit_and_ack_gets_a_redelivery_that_c
     settings = _settings(names)
     await _add_events(db, n)
     async with broker.declared(amqp_url, names) as channel:
-        publisher = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
+        publisher = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
         await publisher.connect()
         try:
             assert (await publisher.run_once()).marked == n
@@ -137,7 +137,7 @@ async def test_a_consumer_killed_between_commit_and_ack_gets_a_redelivery_that_c
         assert await _count(db, "SELECT count(*) FROM execution_inbox") == 1  # committed, never acked
         await waiting.until(lambda: _ready(channel, names, n), timeout_s=10)  # the broker requeued it
 
-        consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
+        consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
         async with waiting.running(consumer.run_forever):
             await waiting.until(functools.partial(_handled, consumer, n), timeout_s=30)
     assert (consumer.counts.recorded, consumer.counts.duplicate) == (n - 1, 1)

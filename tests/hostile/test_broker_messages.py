@@ -24,8 +24,8 @@ import hypothesis
 import orjson
 import pytest
 from hypothesis import strategies as st
+from lading_worker import consuming
 
-from lading.events import ingress
 from lading.settings import BrokerTopology, EventSettings, IngressSettings
 from tests.hostile import strategies, tally
 from tests.integration.events import helpers
@@ -37,7 +37,7 @@ class Ingress:
     db: asyncpg.Connection
     channel: aio_pika.abc.AbstractChannel
     names: BrokerTopology
-    consumer: ingress.IngressConsumer
+    consumer: consuming.IngressConsumer
     task: asyncio.Task[None]
     dead: list[bytes] = dataclasses.field(default_factory=list)
     """Every dead letter drained so far (dead-lettering is asynchronous: one may land late)."""
@@ -74,7 +74,7 @@ async def pipeline(db: asyncpg.Connection, dbpool: asyncpg.Pool, amqp_url: str) 
         prefetch=1, retry_base_s=0.05, retry_cap_s=0.5, reconnect_base_s=0.05, reconnect_cap_s=0.5,
     ))  # fmt: skip
     async with broker.declared(amqp_url, names) as channel:
-        consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
+        consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=settings)
         stop = asyncio.Event()
         task = asyncio.create_task(consumer.run_forever(stop), name="ingress")
         try:

@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from lading import health, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading.delivery import dispatching, egress
+from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
-from lading.events import wiring as events_wiring
 from lading.settings import (
     AttemptSettings,
     BrokerTopology,
@@ -32,7 +31,7 @@ from lading.settings import (
     ReaperSettings,
     WorkerSettings,
 )
-from lading_worker import running
+from lading_worker import broker, dispatching, running
 
 DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
 """Document roots, ':'-separated (e.g. the shared volume's mount); a batch reads beneath `<root>/<namespace>/`."""
@@ -90,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--amqp-url",
-        default=os.environ.get(events_wiring.AMQP_URL_ENV),
-        help=f"RabbitMQ: also run the outbox relay and the ingress consumer (default: ${events_wiring.AMQP_URL_ENV}, "
+        default=os.environ.get(broker.AMQP_URL_ENV),
+        help=f"RabbitMQ: also run the outbox relay and the ingress consumer (default: ${broker.AMQP_URL_ENV}, "
         "which is better: a flag shows in `ps`; none: no broker, claimers wake by LISTEN/NOTIFY and polling)",
     )
     parser.add_argument("--topology-prefix", default="", help="put in front of every RabbitMQ name (docs/events.md)")
@@ -149,11 +148,11 @@ def delivery_from(args: argparse.Namespace) -> dispatching.DeliveryConfig | None
     )
 
 
-def events_from(args: argparse.Namespace) -> events_wiring.BrokerConfig | None:
+def events_from(args: argparse.Namespace) -> broker.BrokerConfig | None:
     """The relay and consumer configuration, or None without a broker URL."""
     if not args.amqp_url:
         return None
-    return events_wiring.BrokerConfig(
+    return broker.BrokerConfig(
         amqp_url=args.amqp_url, settings=EventSettings(topology=BrokerTopology(prefix=args.topology_prefix))
     )
 
@@ -164,7 +163,7 @@ async def serve(
         *,
         http: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
-        events: events_wiring.BrokerConfig | None = None,
+        events: broker.BrokerConfig | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

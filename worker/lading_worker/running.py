@@ -1,12 +1,17 @@
 """
-The Worker: every loop of one worker process wired as a named task.
+The Worker: every loop of one worker process wired as a named task, here and nowhere else.
 
-    claimer      claims jobs and starts attempts           (stops first on shutdown)
-    heartbeater  extends leases of in-flight attempts       (runs until attempts drained)
-    committer    group-commits finished attempts            (runs until attempts drained)
-    reaper       rescues expired leases, expires deadlines
-    delivery dispatcher  sends due deliveries to ERP webhooks (when configured; lading/delivery)
-    outbox relay, ingress consumer  events to and from RabbitMQ (with --amqp-url; lading/events)
+    claimer          claims jobs and starts attempts        (stops first on shutdown)
+    heartbeater      extends leases of in-flight attempts    (runs until attempts drained)
+    committer        group-commits finished attempts         (runs until attempts drained)
+    reaper           rescues expired leases, expires deadlines
+    delivery lane N  sends due deliveries to ERP webhooks    (when configured; dispatching.py)
+    delivery reaper  moves on deliveries whose dispatcher vanished mid-attempt
+    delivery health  endpoint gauges, deliveries waiting for a secret
+    outbox relay     outbox rows to RabbitMQ                 (with --amqp-url; relaying.py)
+    ingress consumer RabbitMQ events into the inbox          (with --amqp-url; consuming.py)
+    limiter client   the pool's shared rate limiter (lading.limiting), for non-builtin pools
+    gauge refresher  database gauges, one elected process at a time (lading.gauges; run_worker)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -25,16 +30,14 @@ import socket
 
 import asyncpg
 
-from lading import gauges, limiting
+from lading import gauges, limiting, looping
 from lading.db import pool as dbpool
 from lading.db import registry
-from lading.delivery import dispatching
 from lading.documents import fetching
-from lading.events import wiring as events_wiring
 from lading.ids import PoolName, WorkerId
 from lading.providers import base, factory
 from lading.settings import WorkerSettings
-from lading_worker import claiming, committing, executing, heartbeating, inflight, reaping
+from lading_worker import broker, claiming, committing, dispatching, executing, heartbeating, inflight, reaping
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ class Worker:
             api_key: str | None = None,
             worker_id: WorkerId | None = None,
             delivery: dispatching.DeliveryConfig | None = None,
-            events: events_wiring.BrokerConfig | None = None,
+            events: broker.BrokerConfig | None = None,
             provider_url: str | None = None,
     ) -> None:
         self.db = db
@@ -129,12 +132,13 @@ class Worker:
             asyncio.create_task(committer.run_forever(stop_support), name="committer"),
             asyncio.create_task(reaper.run_forever(stop_support), name="reaper"),
         ]
+        dispatcher = None
         if self.delivery is not None:
             dispatcher = self.delivery.dispatcher(self.db, owner=f"{self.worker_id}-dispatcher")
-            support.append(asyncio.create_task(dispatcher.run_forever(stop_support), name="delivery dispatcher"))
+            support += looping.spawn(dispatcher.loops(stop_support))
         if self.events is not None:
-            for name, loop in self.events.loops(self.db, owner=f"{self.worker_id}-relay"):
-                support.append(asyncio.create_task(loop(stop_support), name=name))
+            loops = self.events.loops(self.db, owner=f"{self.worker_id}-relay")
+            support += looping.spawn((name, loop(stop_support)) for name, loop in loops)
         stopper = asyncio.create_task(stop.wait(), name="stop signal")
         logger.info("Worker %s started for pool %s", self.worker_id, pool)
         try:
@@ -155,6 +159,8 @@ class Worker:
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                     logger.error("Worker loop failed: %r", result)
+            if dispatcher is not None:
+                await dispatcher.close()  # its HTTP session
             if limiter is not None:
                 await limiter.close()  # its LISTEN connection goes back to the pool before the pool closes
         logger.info("Worker %s stopped", self.worker_id)
@@ -181,7 +187,7 @@ async def run_worker(
         api_key: str | None = None,
         provider_url: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
-        events: events_wiring.BrokerConfig | None = None,
+        events: broker.BrokerConfig | None = None,
 ) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))

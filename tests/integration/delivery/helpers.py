@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+from lading_worker import dispatching
 
 from lading import accepting
 from lading.db import deliveries, jobs, registry
-from lading.delivery import dispatching, egress
+from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.ids import DeliveryId, JobId, WorkerId
 from lading.jobs import transitions

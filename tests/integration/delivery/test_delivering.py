@@ -10,10 +10,10 @@ import json
 
 import asyncpg
 import standardwebhooks
+from lading_worker import dispatching
 
 from lading import metrics
 from lading.db import deliveries
-from lading.delivery import dispatching
 from lading.settings import DeliverySettings
 from lading.webhooks import payload
 from tests.integration.delivery import helpers

@@ -10,11 +10,11 @@ import asyncio
 
 import asyncpg
 import standardwebhooks
+from lading_worker import dispatching
 
 from lading import metrics
 from lading.db import deliveries
 from lading.db import pool as dbpool
-from lading.delivery import dispatching
 from lading.delivery.states import DeliveryState
 from lading.settings import DeliverySettings
 from tests.integration.delivery import helpers

@@ -15,10 +15,10 @@ import datetime as dt
 from typing import Any
 
 import asyncpg
+from lading_worker import dispatching
 
 from lading.db import deliveries, storable
 from lading.db import pool as dbpool
-from lading.delivery import dispatching
 from lading.delivery.states import DeliveryState
 from tests.integration.delivery import helpers
 from tests.support import deadlocks

@@ -15,11 +15,12 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 import orjson
+from lading_worker import consuming, relaying
 
 from lading import accepting
 from lading.db import jobs
 from lading.db import pool as dbpool_module
-from lading.events import ingress, relay, topology
+from lading.events import topology
 from lading.ids import PoolName, WorkerId
 from lading.settings import BrokerTopology, EventSettings
 from tests.integration.events import helpers
@@ -47,7 +48,7 @@ async def _inbox(db: asyncpg.Connection) -> int:
     return int(await db.fetchval("SELECT count(*) FROM execution_inbox"))
 
 
-async def _handled(consumer: ingress.IngressConsumer, n: int) -> bool:
+async def _handled(consumer: consuming.IngressConsumer, n: int) -> bool:
     c = consumer.counts
     return c.recorded + c.duplicate + c.quarantined + c.rejected >= n
 
@@ -62,13 +63,13 @@ async def test_an_accepted_batch_is_recorded_once_and_wakes_the_claimers_of_its_
     listener = await dbpool_module.connect(database_url)
     try:
         await listener.add_listener("lading_jobs", lambda *args: woken.append(args[3]))
-        outbox_relay = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+        outbox_relay = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
         await outbox_relay.connect()
         try:
             assert (await outbox_relay.run_once()).marked == 1
         finally:
             await outbox_relay.close()
-        consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
+        consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
         async with waiting.running(consumer.run_forever):
             await waiting.until(lambda: _handled(consumer, 1), timeout_s=15)
             await waiting.until(lambda: _async(bool(woken)), timeout_s=5)
@@ -96,7 +97,7 @@ async def test_a_redelivery_is_a_no_op_and_a_different_payload_under_the_same_id
     # The same event again, its JSON spaced and ordered differently: the same canonical digest.
     await _publish(channel, names, body=b'{"tenant": "acme", "state": "SUCCEEDED",  "job_id": 5}', message_id=event_id)
     await _publish(channel, names, body=_event({**original, "state": "FAILED_TERMINAL"}), message_id=event_id)
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
     async with waiting.running(consumer.run_forever):
         await waiting.until(lambda: _handled(consumer, 3), timeout_s=15)
     c = consumer.counts
@@ -122,7 +123,7 @@ async def test_messages_that_are_not_events_are_dead_lettered_without_requeue(
     await _publish(channel, names, body=b"[1, 2]", message_id=str(uuid.uuid4()))
     await _publish(channel, names, body=_event({"pool": "x"}), type="batch.accepted.v1", message_id=str(uuid.uuid4()))
     await _publish(channel, names, body=_event({"job_id": 9}), message_id=good)
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
     async with waiting.running(consumer.run_forever):
         await waiting.until(lambda: _handled(consumer, 6), timeout_s=15)
     assert (consumer.counts.rejected, consumer.counts.recorded) == (5, 1)
@@ -185,8 +186,8 @@ async def test_redelivered_events_never_reset_a_running_or_finished_job(
     events = await db.fetchval("SELECT count(*) FROM outbox_events")  # batch.accepted + extraction.completed
     assert events == 2
 
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
-    outbox_relay = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=event_settings)
+    outbox_relay = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
     async with waiting.running(consumer.run_forever):
         await outbox_relay.connect()
         try:
@@ -224,7 +225,7 @@ async def test_the_inbox_survives_a_database_outage_without_acking_early(
     async with faultproxy.in_front_of(database_url) as (proxy, proxied):
         pool = await dbpool_module.create_pool(proxied, min_size=1, max_size=4)
         try:
-            consumer = ingress.IngressConsumer(pool, amqp_url=amqp_url, settings=event_settings)
+            consumer = consuming.IngressConsumer(pool, amqp_url=amqp_url, settings=event_settings)
             async with waiting.running(consumer.run_forever):
                 await asyncio.wait_for(consumer.consuming.wait(), 15)
                 proxy.set_mode("reset")

@@ -13,10 +13,10 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 import orjson
+from lading_worker import consuming, relaying
 
 from lading import metrics
 from lading.db import outbox
-from lading.events import ingress, relay
 from lading.settings import BrokerTopology, EventSettings
 from tests.integration.events import helpers
 from tests.support import broker, faultproxy, waiting
@@ -32,7 +32,7 @@ async def test_confirmed_events_are_published_as_persistent_messages_and_then_ma
 ) -> None:
     ids = [await helpers.add_event(db, aggregate_id=i, payload={"job_id": i, "tenant": "acme", "batch_id": 7})
            for i in (1, 2, 3)]  # fmt: skip
-    r = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    r = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
     await r.connect()
     try:
         result = await r.run_once()
@@ -60,7 +60,7 @@ async def test_an_unroutable_event_is_returned_left_unpublished_and_counted(
     routable = await helpers.add_event(db, aggregate_id=1)
     unroutable = await helpers.add_event(db, type="audit.nobody_listens.v1", aggregate_id=2)
     returned_before = _counter("returned")
-    r = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    r = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
     await r.connect()
     try:
         result = await r.run_once()
@@ -82,7 +82,7 @@ async def test_a_nack_from_a_full_queue_leaves_the_event_unpublished_and_counted
     settings = EventSettings(topology=names, relay=event_settings.relay, ingress=event_settings.ingress)
     nacked_before = _counter("nacked")
     async with broker.declared(amqp_url, names):
-        r = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
+        r = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=settings)
         await r.connect()
         try:
             await helpers.add_event(db, aggregate_id=1)
@@ -97,7 +97,7 @@ async def test_a_nack_from_a_full_queue_leaves_the_event_unpublished_and_counted
     assert await db.fetchval("SELECT published_at FROM outbox_events WHERE event_id = $1", late) is None
 
 
-async def _nacked_once(r: relay.OutboxRelay, _event: uuid.UUID) -> bool:
+async def _nacked_once(r: relaying.OutboxRelay, _event: uuid.UUID) -> bool:
     # The refused event is held back for refused_retry_s, so each event is offered at most once here.
     result = await r.run_once()
     assert result.confirmed == 0, "the queue is over its limit: nothing more may be confirmed"
@@ -131,7 +131,7 @@ async def test_the_relay_measures_the_age_of_the_oldest_unpublished_event(
 ) -> None:
     await helpers.add_event(db, type="audit.nobody_listens.v1")
     await db.execute("UPDATE outbox_events SET created_at = clock_timestamp() - interval '90 seconds'")
-    r = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    r = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
     await r.connect()
     try:
         await r.run_once()
@@ -152,7 +152,7 @@ async def test_a_broker_cut_mid_run_loses_no_event_and_the_outbox_drains_after_r
     reconnects = metrics.BROKER_RECONNECTS.labels(loop="relay")
     before = reconnects._value.get()
     expected: set[uuid.UUID] = set()
-    r = relay.OutboxRelay(dbpool, amqp_url=broker.through(amqp_url, port=proxy.port), settings=event_settings)
+    r = relaying.OutboxRelay(dbpool, amqp_url=broker.through(amqp_url, port=proxy.port), settings=event_settings)
     try:
         async with waiting.running(r.run_forever):
             for i in range(100):
@@ -193,8 +193,8 @@ async def test_a_broker_cut_under_relay_and_consumer_ends_with_every_event_in_th
     proxy = faultproxy.FaultProxy(target_host=host, target_port=port, target_unix=None)
     await proxy.start()
     proxied = broker.through(amqp_url, port=proxy.port)
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=proxied, settings=event_settings)
-    r = relay.OutboxRelay(dbpool, amqp_url=proxied, settings=event_settings)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=proxied, settings=event_settings)
+    r = relaying.OutboxRelay(dbpool, amqp_url=proxied, settings=event_settings)
     ingress_reconnects = metrics.BROKER_RECONNECTS.labels(loop="ingress")
     before = ingress_reconnects._value.get()
     try:

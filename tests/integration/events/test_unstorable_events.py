@@ -14,9 +14,9 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 import orjson
+from lading_worker import consuming, relaying
 
 from lading.db import storable
-from lading.events import ingress, relay
 from lading.settings import BrokerTopology, EventSettings
 from tests.integration.events import helpers
 from tests.support import waiting
@@ -56,7 +56,7 @@ async def test_unstorable_bodies_are_dead_lettered_and_the_consumer_goes_on(
     good = str(uuid.uuid4())
     await _publish(channel, names, body=orjson.dumps({"job_id": 9}), message_id=good)
     one_slot = dataclasses.replace(event_settings, ingress=dataclasses.replace(event_settings.ingress, prefetch=1))
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
 
     async with waiting.running(consumer.run_forever):
         await waiting.until(lambda: _recorded(consumer), timeout_s=20)
@@ -88,7 +88,7 @@ async def test_a_message_whose_insert_fails_with_a_data_error_is_dead_lettered(
     good = str(uuid.uuid4())
     await _publish(channel, names, body=orjson.dumps({"job_id": 2}), message_id=good)
     one_slot = dataclasses.replace(event_settings, ingress=dataclasses.replace(event_settings.ingress, prefetch=1))
-    consumer = ingress.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
+    consumer = consuming.IngressConsumer(dbpool, amqp_url=amqp_url, settings=one_slot)
 
     async with waiting.running(consumer.run_forever):
         await waiting.until(lambda: _recorded(consumer), timeout_s=20)
@@ -98,7 +98,7 @@ async def test_a_message_whose_insert_fails_with_a_data_error_is_dead_lettered(
     assert await _dead_letters(channel, names, 1) == [poisoned]
 
 
-async def _recorded(consumer: ingress.IngressConsumer) -> bool:
+async def _recorded(consumer: consuming.IngressConsumer) -> bool:
     return consumer.counts.recorded >= 1
 
 
@@ -123,7 +123,7 @@ async def test_a_row_the_relay_cannot_mark_is_set_aside_and_the_rest_of_its_grou
     )
     ids = [await helpers.add_event(db, aggregate_id=n, payload={"job_id": n, **({"poison": 1} if n == 5 else {})})
            for n in range(1, 9)]  # fmt: skip
-    outbox_relay = relay.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
+    outbox_relay = relaying.OutboxRelay(dbpool, amqp_url=amqp_url, settings=event_settings)
     await outbox_relay.connect()
     try:
         first = await outbox_relay.run_once()

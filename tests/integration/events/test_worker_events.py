@@ -6,10 +6,9 @@ every event its jobs write reaches RabbitMQ and comes back into the inbox once.
 from __future__ import annotations
 
 import asyncpg
-from lading_worker import running
+from lading_worker import broker, running
 
 from lading import accepting
-from lading.events import wiring
 from lading.settings import ClaimerSettings, EventSettings, LeaseSettings, ReaperSettings, WorkerSettings
 from tests.support import factories, waiting
 
@@ -37,7 +36,7 @@ async def test_a_worker_with_a_broker_relays_its_events_into_the_inbox(
         shutdown_grace_s=5,
     )
     worker = running.Worker(
-        dbpool, settings=settings, events=wiring.BrokerConfig(amqp_url=amqp_url, settings=event_settings)
+        dbpool, settings=settings, events=broker.BrokerConfig(amqp_url=amqp_url, settings=event_settings)
     )
     async with waiting.running(worker.run):
         await waiting.until(lambda: _settled(db), timeout_s=30)

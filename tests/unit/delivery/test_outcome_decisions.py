@@ -6,9 +6,9 @@ import datetime as dt
 import uuid
 
 import pytest
+from lading_worker import dispatching
 
 from lading.db import deliveries
-from lading.delivery import dispatching
 from lading.delivery.states import DeliveryState
 from lading.ids import BatchId, DeliveryId, Fence, JobId
 from lading.settings import DeliverySettings

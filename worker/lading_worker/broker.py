@@ -13,8 +13,8 @@ from typing import Any
 
 import asyncpg
 
-from lading.events import ingress, relay
 from lading.settings import EventSettings
+from lading_worker import consuming, relaying
 
 Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 AMQP_URL_ENV = "LADING_AMQP_URL"
@@ -40,9 +40,9 @@ class BrokerConfig:
         """(task name, loop) pairs; each loop runs until its stop event is set."""
         loops: list[tuple[str, Loop]] = []
         if self.relay:
-            outbox_relay = relay.OutboxRelay(db, amqp_url=self.amqp_url, settings=self.settings, owner=owner)
+            outbox_relay = relaying.OutboxRelay(db, amqp_url=self.amqp_url, settings=self.settings, owner=owner)
             loops.append(("outbox relay", outbox_relay.run_forever))
         if self.ingress:
-            consumer = ingress.IngressConsumer(db, amqp_url=self.amqp_url, settings=self.settings)
+            consumer = consuming.IngressConsumer(db, amqp_url=self.amqp_url, settings=self.settings)
             loops.append(("ingress consumer", consumer.run_forever))
         return loops

@@ -41,8 +41,8 @@ import asyncpg
 from lading import failpoints, looping, metrics, tracing
 from lading.db import outbox, storable
 from lading.events import messages, topology
-from lading.events.relay import BROKER_ERRORS, DATABASE_ERRORS
 from lading.settings import EventSettings
+from lading_worker.relaying import BROKER_ERRORS, DATABASE_ERRORS
 
 logger = logging.getLogger(__name__)
 
