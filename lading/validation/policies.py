@@ -20,6 +20,11 @@ a verdict stored a year ago still says what it was judged by.
       evidence_not_in_source  every quote occurs in the source text
       evidence_mismatch       the quote contains the value
 
+    invoice-strict-v2         every v1 check (each failure with its quote and line), then
+                              every booked field grounded in the document in its role:
+                              currency, parties, dates, tax rates, identifiers
+                              (lading.validation.strict_v2; docs/validation.md)
+
 The checks themselves are in `lading.validation.checks`; what to do with a verdict is the
 executor's business.
 """
@@ -31,23 +36,35 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from lading import errors
-from lading.validation import checks, verdicts
+from lading.validation import checks, strict_v2, verdicts
 
-DEFAULT_POLICY: Final = "invoice-strict-v1"
+STRICT_V1: Final = "invoice-strict-v1"
+STRICT_V2: Final = strict_v2.NAME
+DEFAULT_POLICY: Final = STRICT_V2
+"""The policy of new batches that name none (`lading.models.specs.VALIDATION_POLICY_DEFAULT`).
+A batch stores its policy's name, so changing this default never re-judges an existing batch."""
 
-_Policy = Callable[[Any, str], list[verdicts.FailedCheck]]
+_Policy = Callable[[Any, str, "str | None"], list[verdicts.FailedCheck]]
 
 
-def validate(result: dict[str, Any], *, source_text: str, policy: str) -> verdicts.Verdict:
+def validate(
+        result: dict[str, Any],
+        *,
+        source_text: str,
+        policy: str,
+        default_currency: str | None = None,
+) -> verdicts.Verdict:
     """
     Judge `result` (a provider's output) against the document's `source_text` by `policy`.
-    Never raises for a bad result, however malformed: that is what the verdict is for.
-    Raises `errors.UnknownPolicy` if no policy has that name.
+    `default_currency`: the ISO code the pool or batch names for documents that show no
+    currency (`invoice-strict-v2` only; v1 never looks at it). Never raises for a bad result,
+    however malformed: that is what the verdict is for. Raises `errors.UnknownPolicy` if no
+    policy has that name.
     """
     run = _POLICIES.get(policy)
     if run is None:
         raise errors.UnknownPolicy(policy=policy, known=known_policies())
-    return verdicts.Verdict.of(policy=policy, failed=tuple(run(result, source_text)))
+    return verdicts.Verdict.of(policy=policy, failed=tuple(run(result, source_text, default_currency)))
 
 
 def known_policies() -> frozenset[str]:
@@ -55,7 +72,7 @@ def known_policies() -> frozenset[str]:
     return frozenset(_POLICIES)
 
 
-def _invoice_strict_v1(result: Any, source_text: str) -> list[verdicts.FailedCheck]:
+def _invoice_strict_v1(result: Any, source_text: str, _default_currency: str | None) -> list[verdicts.FailedCheck]:
     inv, failures = checks.schema(result)
     if inv is None:
         return failures
@@ -71,6 +88,11 @@ def _invoice_strict_v1(result: Any, source_text: str) -> list[verdicts.FailedChe
     ]
 
 
+def _invoice_strict_v2(result: Any, source_text: str, default_currency: str | None) -> list[verdicts.FailedCheck]:
+    return strict_v2.run(result, source_text, default_currency=default_currency)
+
+
 _POLICIES: Final[Mapping[str, _Policy]] = types.MappingProxyType({
-    DEFAULT_POLICY: _invoice_strict_v1,
+    STRICT_V1: _invoice_strict_v1,
+    STRICT_V2: _invoice_strict_v2,
 })

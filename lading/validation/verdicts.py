@@ -22,9 +22,41 @@ class FailedCheck:
     """Path of the offending field (`lines[2].amount`, `supplier.iban`); None if no one field is at fault."""
     message: str
     """Human-readable detail. Never quotes long source text: the document may be confidential."""
+    quote: str | None = None
+    """The quote the judged value was read from (the model's evidence, or where the policy found
+    the value), cut to QUOTE_MAX characters; None where there is none. Set by `invoice-strict-v2`."""
+    line: int | None = None
+    """1-based line of the source text the quote is on; None when it is not in the document."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "field": self.field, "message": self.message}
+        shown: dict[str, Any] = {"check": self.check, "field": self.field, "message": self.message}
+        if self.quote is not None:
+            shown["quote"] = self.quote
+        if self.line is not None:
+            shown["line"] = self.line
+        return shown
+
+    @classmethod
+    def from_json(cls, stored: dict[str, Any]) -> FailedCheck:
+        """A failed check as `to_json()` stored it; tolerant of what older verdicts lack."""
+        field, quote, line = stored.get("field"), stored.get("quote"), stored.get("line")
+        return cls(
+            check=str(stored.get("check", "?")),
+            field=None if field is None else str(field),
+            message=str(stored.get("message", "")),
+            quote=None if quote is None else str(quote),
+            line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+        )
+
+
+QUOTE_MAX = 120
+"""Longest quote a failed check carries: enough to recognise the line, not a copy of the document."""
+
+
+def shortened_quote(quote: str) -> str:
+    """`quote` with whitespace runs collapsed, cut to QUOTE_MAX characters (an ellipsis marks a cut)."""
+    normal = " ".join(quote.split())
+    return normal if len(normal) <= QUOTE_MAX else normal[:QUOTE_MAX - 1] + "\u2026"
 
 
 @dataclasses.dataclass(frozen=True)

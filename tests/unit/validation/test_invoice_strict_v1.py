@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lading import errors, validation
 from lading.validation import checks
 
-POLICY = validation.DEFAULT_POLICY
+POLICY = validation.STRICT_V1
 
 # A realistic, correctly extracted Turkish invoice, German number format, ragged whitespace.
 SOURCE = """\
@@ -430,7 +430,7 @@ def test_unknown_policy_is_a_permanent_error() -> None:
 
 
 def test_default_policy_is_known() -> None:
-    assert validation.known_policies() == frozenset({"invoice-strict-v1"})
+    assert validation.known_policies() == frozenset({"invoice-strict-v1", "invoice-strict-v2"})
     assert validation.DEFAULT_POLICY in validation.known_policies()
 
 
