@@ -47,7 +47,7 @@ class TenantShare:
     in_flight: int
     """RUNNING jobs of the tenant in every pool: what `max_in_flight` bounds."""
     due: int
-    """Jobs of the tenant waiting and due in this pool (suspended batches excluded)."""
+    """Jobs of the tenant in this pool a claim could take now (`job_eligible`, lading/db/sql/jobs.sql)."""
 
 
 MAX_SHARES = 1000

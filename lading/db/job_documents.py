@@ -1,11 +1,12 @@
 """
 Repository of `job_documents` given by reference, and of the `manifest_lines` staging table
-that bulk acceptance of a manifest batch goes through (`sql/documents.sql`,
+that bulk acceptance of a manifest batch goes through (`sql/job_documents.sql`,
 `sql/manifest_lines.sql`).
 
 A job_documents row holds either the text (inline documents) or a URI with its SHA-256 and
 size (manifest documents); migration 0008 makes that a CHECK. Workers learn the URI of a
-claimed document with `sources`; what they do with it is `lading.documents.fetching`.
+claimed document from the claim itself (`jobs.claim_batch`); what they do with it is
+`lading.documents.fetching`.
 
 Like every repository here, functions take a connection and never open transactions: the
 staging functions must run inside the acceptance transaction (the table is ON COMMIT DROP).
@@ -45,16 +46,6 @@ async def copy_texts(conn: asyncpg.Connection, documents: Sequence[tuple[JobId, 
         records=[(job_id, text, len(text.encode())) for job_id, text in documents],
         columns=("job_id", "text", "bytes"),
     )
-
-
-async def sources(conn: asyncpg.Connection, job_ids: Sequence[JobId]) -> dict[JobId, DocumentSource]:
-    """URI, digest and size of the given jobs' documents; jobs with inline text are absent."""
-    if not job_ids:
-        return {}
-    rows = await conn.fetch(queries.sql("job_document_sources"), list(job_ids))
-    return {JobId(r["job_id"]): DocumentSource(
-            uri=r["uri"], sha256=r["sha256"], bytes=r["bytes"], namespace=r["namespace"]
-        ) for r in rows}
 
 
 async def stage_manifest(conn: asyncpg.Connection, spooled: manifests.Spooled) -> None:

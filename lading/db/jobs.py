@@ -46,7 +46,8 @@ class ClaimedJob:
     previous_output_sha256: str | None = None
     """Digest of the previous attempt's invalid output, to recognise a deterministic failure."""
     source: job_documents.DocumentSource | None = None
-    """Where a document given by manifest lives (URI, SHA-256, size); set by the claimer."""
+    """Where a document given by manifest lives (URI, SHA-256, size, the batch's namespace); read by
+    the same claim statement."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,8 @@ async def claim_batch(
         lease_ttl_s: float,
 ) -> list[ClaimedJob]:
     """Take up to `limit` eligible jobs of `pool` in one statement, shared fairly among its
-    tenants (weights, in-flight caps, daily token budgets; docs/fairness.md), SKIP LOCKED."""
+    tenants (weights, in-flight caps, daily token budgets; docs/fairness.md), SKIP LOCKED. Each
+    comes with its document: the text, or where a document given by manifest lives (`source`)."""
     rows = await conn.fetch(queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s)
     return [
         ClaimedJob(
@@ -139,9 +141,19 @@ async def claim_batch(
             claimed_at=r["claimed_at"],
             previous_error_class=r["previous_error_class"],
             previous_output_sha256=r["previous_output_sha256"],
+            source=_source(r),
         )
         for r in rows
     ]
+
+
+def _source(row: asyncpg.Record) -> job_documents.DocumentSource | None:
+    """Where a claimed document given by manifest lives; None for one with its text inline."""
+    if row["text"] is not None or row["uri"] is None:
+        return None
+    return job_documents.DocumentSource(
+        uri=row["uri"], sha256=row["sha256"], bytes=row["bytes"], namespace=row["namespace"]
+    )
 
 
 async def finish_many(

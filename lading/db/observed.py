@@ -1,7 +1,10 @@
 """
 Repository of what the operator reports in custom resource status: a batch's progress, a
-tenant's quota use, an endpoint's health. (A pool's load is `lading.db.scaling`.) Reads only, one short query each, so a
-status refresh costs the database as little as a `kubectl get` costs the API server.
+tenant's quota use, an endpoint's health. (A pool's load is `lading.db.scaling`.) Reads only, one
+short query each, so a status refresh costs the database as little as a `kubectl get` costs the API
+server. The queries live with their tables (`batch_get_observed` in sql/batches.sql,
+`tenant_usage_now` in sql/tenants.sql, `endpoint_get_health` in sql/deliveries.sql, ...); this module
+is the operator's read model over them.
 
 The delivery tables belong to the dispatcher's schema; queries over them run only once
 `has_table` says they exist, so the operator works against any schema version it supports.

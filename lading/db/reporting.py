@@ -1,8 +1,8 @@
 """
 Read-only reporting for people: what `lading jobs list`, `lading jobs show` and `lading status` print.
 
-One function per named query in `sql/reporting.sql` (`list_jobs` has two: filtering by batch takes
-the batch's index), each returning frozen dataclasses. Nothing here changes a row or decides
+One function per named `*_report` query, each in its table's file under `sql/` (`list_jobs` has two:
+filtering by batch takes the batch's index), each returning frozen dataclasses. Nothing here changes a row or decides
 anything; the state machine lives in `lading.jobs`, the presentation (tables, JSON, ages as text)
 in `lading_cli.reports`.
 
@@ -169,7 +169,7 @@ class PoolStatus:
     name: ids.PoolName
     paused: bool
     backlog: int
-    """Jobs the claimer could take now: READY, or RETRY_SCHEDULED and due."""
+    """Jobs a claim could take now (`job_eligible`, lading/db/sql/jobs.sql)."""
     running: int
     oldest_available_at: dt.datetime | None
     """When the oldest job of the backlog became claimable; None for an empty backlog."""

@@ -1,8 +1,9 @@
 """
-What the scaler needs to know about a pool, read from PostgreSQL (queries in `sql/scaling.sql`).
+What the scaler needs to know about a pool, read from PostgreSQL (`pool_scaling_load` and
+`pool_scaling_attempt_stats` in `sql/pools.sql`).
 
     pool_signals(conn, pool=..., window_s=...) -> PoolLoad
-        backlog and oldest eligible age   the claim index: the same eligibility as a claim
+        backlog and oldest eligible age   the claim index: eligibility is `job_eligible`, the claim's own
         calls in flight                   the leases index (RUNNING jobs)
         429 cooldown                      pools.cooldown_until (set by the limiter on a 429)
         pause                             pools.paused / paused_until (a refused key, a spent quota)
@@ -39,7 +40,8 @@ class PoolLoad:
     pool: PoolName
     at: dt.datetime
     eligible_backlog: int
-    """Jobs a claimer could take now: READY or RETRY_SCHEDULED, due, inside deadline and attempt budget."""
+    """Jobs a claim could take now (`job_eligible`, lading/db/sql/jobs.sql): waiting, not suspended, due,
+    inside deadline and attempt budget."""
     oldest_eligible_at: dt.datetime | None
     oldest_eligible_age_s: float | None
     in_flight: int

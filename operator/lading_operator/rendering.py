@@ -52,6 +52,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lading.db import queries
 from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.models import specs
@@ -551,11 +552,9 @@ KEDA_HEADROOM_QUERY = (
 """PromQL for the vLLM waiting queue of the pool's pods (the headroom trigger)."""
 
 
-_ELIGIBLE = (
-    "state IN ('READY', 'RETRY_SCHEDULED') AND NOT suspended "
-    "AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts"
-)
-"""What a claim could take now (the claim's own conditions; the claim index covers them)."""
+_ELIGIBLE = queries.fragment("job_eligible")
+"""What a claim could take now: the core's one definition (`job_eligible` in lading/db/sql/jobs.sql),
+written against alias `j`."""
 
 
 def _checked_pool_key(pool: specs.InferencePool) -> str:
@@ -578,7 +577,7 @@ def keda_backlog_query(pool: specs.InferencePool) -> str:
     key = _checked_pool_key(pool)
     return (
         f"SELECT (SELECT count(*) FROM extraction_jobs WHERE pool = '{key}' AND state = 'RUNNING') + "
-        f"(SELECT count(*) FROM extraction_jobs WHERE pool = '{key}' AND {_ELIGIBLE})"
+        f"(SELECT count(*) FROM extraction_jobs j WHERE j.pool = '{key}' AND {_ELIGIBLE})"
     )
 
 
@@ -586,8 +585,8 @@ def keda_oldest_age_query(pool: specs.InferencePool) -> str:
     """Seconds the oldest eligible job of the pool has waited (0 when none)."""
     key = _checked_pool_key(pool)
     return (
-        "SELECT coalesce(greatest(extract(epoch FROM now() - min(available_at)), 0), 0) FROM extraction_jobs "
-        f"WHERE pool = '{key}' AND {_ELIGIBLE}"
+        "SELECT coalesce(greatest(extract(epoch FROM now() - min(j.available_at)), 0), 0) FROM extraction_jobs j "
+        f"WHERE j.pool = '{key}' AND {_ELIGIBLE}"
     )
 
 

@@ -22,7 +22,7 @@ import logging
 import asyncpg
 
 from lading import logs, looping, metrics, tracing
-from lading.db import job_documents, jobs
+from lading.db import jobs
 from lading.ids import PoolName, WorkerId
 from lading.settings import ClaimerSettings, LeaseSettings
 from lading_worker import committing, executing, inflight
@@ -85,7 +85,6 @@ class Claimer:
                 limit=min(capacity, self._settings.batch_size),
                 lease_ttl_s=self._lease.ttl_s,
             )
-            claimed = await self._with_sources(conn, claimed)
         now = inflight.InFlight.now()
         for job in claimed:
             attempt = inflight.Attempt(job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s)
@@ -95,16 +94,6 @@ class Claimer:
         if claimed:
             self._claimed_metric.inc(len(claimed))
         return ClaimResult(claimed=len(claimed))
-
-    @staticmethod
-    async def _with_sources(conn: asyncpg.Connection, claimed: list[jobs.ClaimedJob]) -> list[jobs.ClaimedJob]:
-        """Documents given by manifest come without text: one query for where they live; the
-        executor fetches and verifies them outside any transaction."""
-        missing = [job.id for job in claimed if job.text is None]
-        if not missing:
-            return claimed
-        found = await job_documents.sources(conn, missing)
-        return [dataclasses.replace(job, source=found.get(job.id)) if job.text is None else job for job in claimed]
 
     def start_queued(self) -> None:
         """Start queued jobs while slots are free (skipping any whose lease was lost meanwhile)."""

@@ -60,7 +60,7 @@ SELECT b.id, b.total_jobs, b.created_at, b.suspended, b.endpoint,
                 '{}'::jsonb) AS counts,
        (SELECT extract(epoch FROM clock_timestamp() - min(j.available_at))::float8
           FROM extraction_jobs j
-         WHERE j.batch_id = b.id AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= clock_timestamp()
+         WHERE j.batch_id = b.id AND {{job_eligible}}
        ) AS oldest_eligible_s,
        (SELECT max(j.finished_at) FROM extraction_jobs j WHERE j.batch_id = b.id) AS last_finished_at
   FROM batches b

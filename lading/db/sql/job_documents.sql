@@ -1,12 +1,5 @@
--- name: job_document_sources
--- Where the claimed jobs' documents live when they were given by manifest (text IS NULL):
--- the worker fetches each URI and verifies the size and SHA-256 before the model sees it. The
--- batch's namespace bounds which file:// paths it may read (<root>/<namespace>/).
-SELECT d.job_id, d.uri, d.sha256, d.bytes, b.namespace
-  FROM job_documents d
-  JOIN extraction_jobs j ON j.id = d.job_id
-  JOIN batches b ON b.id = j.batch_id
- WHERE d.job_id = ANY($1::bigint[]) AND d.uri IS NOT NULL;
+-- job_documents: a job's document, its text inline or (given by manifest) its URI, SHA-256 and
+-- size (migration 0008). The claim (job_claim_batch) reads it with the job; these are the rest.
 
 -- name: document_get_report
 -- The document text: only on explicit request (`lading jobs show --show-document`).

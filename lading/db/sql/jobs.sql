@@ -4,6 +4,20 @@
 -- Lease decisions use clock_timestamp() (the database clock now), never now() (the
 -- transaction's start) and never a worker's clock.
 
+-- fragment: job_eligible
+-- THE definition of an eligible job: one a claim could take now. Waiting (READY, or
+-- RETRY_SCHEDULED), not suspended, due, inside its deadline and its attempt budget. Written
+-- against alias `j` of extraction_jobs and included as {{job_eligible}} by the claim
+-- (job_claim_batch), the gauges (job_oldest_eligible_age_by_pool), the scaler
+-- (pool_scaling_load), KEDA's triggers (lading_operator.rendering) and the reports
+-- (pool_status_report, batch_get_observed, tenant_queues_of_pool). Its first two terms are the
+-- predicate of the claim index (extraction_jobs_fair_claimable, migration 0010), so every user
+-- can read that index. "Now" is clock_timestamp(), the database clock when the row is read, as
+-- every lease decision uses. (lading_claim_plan, migration 0010, states the same condition in
+-- PL/pgSQL for its contenders' probe.)
+j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
+AND j.available_at <= clock_timestamp() AND j.deadline_at > clock_timestamp() AND j.attempt < j.max_attempts
+
 -- name: job_allocate_ids
 SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);
 
@@ -34,7 +48,10 @@ SELECT pg_notify('lading_jobs', $1);
 --    backlog, SKIP LOCKED. (A job claimed by a concurrent claim since this statement began fails
 --    the recheck of the lock and the scan moves on, so the plan's count is still met);
 --  * take ownership (attempt+1, fence+1, lease), open the attempt row, charge each tenant's
---    virtual time for what it got, and return what the executor needs.
+--    virtual time for what it got, and return what the executor needs: the document's text, or
+--    for a document given by manifest (text NULL) its URI, SHA-256, size and the batch's
+--    namespace (file:// URIs are read only beneath <root>/<namespace>/), which the worker fetches
+--    and verifies outside any transaction. One statement, one read of each row.
 WITH plan AS (
     SELECT * FROM lading_claim_plan($1, $2)
 ), picked AS (
@@ -43,14 +60,10 @@ WITH plan AS (
      CROSS JOIN LATERAL (
            SELECT j.id
              FROM extraction_jobs j
-            WHERE j.pool = $1 AND j.tenant = p.tenant
-              AND j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
+            WHERE j.pool = $1 AND j.tenant = p.tenant AND {{job_eligible}}
               -- Due means ranked within 600 s of now (class 2 x 300 s): the scan stops there. (The
               -- statement's start, not clock_timestamp(): a bound an index scan can use.)
               AND lading_claim_rank(j.available_at, j.priority) <= statement_timestamp() + interval '600 seconds'
-              AND j.available_at <= clock_timestamp()
-              AND j.deadline_at > clock_timestamp()
-              AND j.attempt < j.max_attempts
             ORDER BY lading_claim_rank(j.available_at, j.priority), j.id
             LIMIT p.take
               FOR UPDATE SKIP LOCKED
@@ -74,7 +87,9 @@ WITH plan AS (
       JOIN plan p ON p.tenant = g.tenant
      WHERE q.pool = $1 AND q.tenant = g.tenant
 )
-SELECT c.*, d.text, clock_timestamp() AS claimed_at, prev.error_class AS previous_error_class,
+SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
+       CASE WHEN d.uri IS NOT NULL THEN (SELECT b.namespace FROM batches b WHERE b.id = c.batch_id) END AS namespace,
+       clock_timestamp() AS claimed_at, prev.error_class AS previous_error_class,
        prev.output_sha256 AS previous_output_sha256
   FROM claimed c
   JOIN job_documents d ON d.job_id = c.id
@@ -341,11 +356,12 @@ SELECT pool, tenant, state, count(*)::bigint AS n
  GROUP BY pool, tenant, state;
 
 -- name: job_oldest_eligible_age_by_pool
--- Per pool: age of the oldest job that could run now (the autoscaling signal).
-SELECT pool, extract(epoch FROM now() - min(available_at))::float8 AS age_s
-  FROM extraction_jobs
- WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()
- GROUP BY pool;
+-- Per pool: age of the oldest eligible job (the autoscaling signal). Never below 0: a job that
+-- became due after the transaction began (now()) is eligible by the database clock.
+SELECT j.pool, greatest(extract(epoch FROM now() - min(j.available_at)), 0)::float8 AS age_s
+  FROM extraction_jobs j
+ WHERE {{job_eligible}}
+ GROUP BY j.pool;
 
 -- name: job_review_queue_summary
 -- Jobs awaiting a reviewer, and how long the oldest has waited.

@@ -38,8 +38,8 @@ SELECT name AS pool,
   FROM pools;
 
 -- name: pool_status_report
--- Per pool (at most $1, by name): the due backlog and the oldest due job, from the claimable
--- index (pool, priority, available_at, id); running jobs from the leases index.
+-- Per pool (at most $1, by name): the eligible backlog (job_eligible in jobs.sql) and the oldest
+-- eligible job, from the claim index; running jobs from the leases index.
 WITH running AS (
     SELECT pool, count(*)::bigint AS n FROM extraction_jobs WHERE state = 'RUNNING' GROUP BY pool
 )
@@ -48,22 +48,20 @@ SELECT p.name, p.paused, q.backlog, coalesce(r.n, 0)::bigint AS running, q.oldes
   FROM (SELECT name, paused OR coalesce(paused_until > now(), false) AS paused  -- by spec, or for a refused key/quota
           FROM pools ORDER BY name LIMIT $1) p
  CROSS JOIN LATERAL (
-       SELECT count(*)::bigint AS backlog, min(available_at) AS oldest_available_at
-         FROM extraction_jobs
-        WHERE pool = p.name AND state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()
+       SELECT count(*)::bigint AS backlog, min(j.available_at) AS oldest_available_at
+         FROM extraction_jobs j
+        WHERE j.pool = p.name AND {{job_eligible}}
        ) q
   LEFT JOIN running r ON r.pool = p.name
  ORDER BY p.name;
 
 -- name: pool_scaling_load
--- Pool $1: eligible backlog (what a claim could take now: waiting, not suspended, due, inside
--- deadline and attempt budget) and its oldest, calls in flight, and the pool's pause and 429
--- cooldown.
+-- Pool $1: eligible backlog (what a claim could take now: job_eligible in jobs.sql) and its
+-- oldest, calls in flight, and the pool's pause and 429 cooldown.
 WITH waiting AS (
-    SELECT count(*)::bigint AS backlog, min(available_at) AS oldest_available_at
-      FROM extraction_jobs
-     WHERE pool = $1 AND state IN ('READY', 'RETRY_SCHEDULED') AND NOT suspended
-       AND available_at <= now() AND deadline_at > now() AND attempt < max_attempts
+    SELECT count(*)::bigint AS backlog, min(j.available_at) AS oldest_available_at
+      FROM extraction_jobs j
+     WHERE j.pool = $1 AND {{job_eligible}}
 ), running AS (
     SELECT count(*)::bigint AS in_flight FROM extraction_jobs WHERE state = 'RUNNING' AND pool = $1
 )

@@ -9,8 +9,7 @@ SELECT q.tenant, t.weight, t.max_in_flight, q.vtime, q.served, q.served_at,
        (SELECT count(*) FROM extraction_jobs j WHERE j.tenant = q.tenant AND j.state = 'RUNNING')::bigint
            AS in_flight,
        (SELECT count(*) FROM extraction_jobs j
-         WHERE j.pool = q.pool AND j.tenant = q.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
-           AND NOT j.suspended AND j.available_at <= clock_timestamp())::bigint AS due
+         WHERE j.pool = q.pool AND j.tenant = q.tenant AND {{job_eligible}})::bigint AS due
   FROM tenant_queues q
   JOIN tenants t ON t.name = q.tenant
  WHERE q.pool = $1
