@@ -20,6 +20,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  achieved vs the limits, drain time vs the capacity formula (hack/bench_limiter.py)
     delivery     signed deliveries/s from one dispatcher to one reference receiver (a separate
                  process committing each delivery durably) (hack/bench_delivery.py)
+    validation   each validation policy over the adversarial and clean corpora: a confusion
+                 matrix per answer class (on stderr), the false-review rate on clean invoices,
+                 and µs of validation per document; needs no database (hack/bench_validation.py)
 
 This is not a test: nothing here asserts, it measures and compares with the targets, and
 `docs/benchmarks.md` says how to read the numbers. Each scenario runs in its own child
@@ -73,6 +76,7 @@ import bench_delivery  # noqa: E402
 import bench_limiter  # noqa: E402
 import bench_manifest  # noqa: E402
 import bench_operator  # noqa: E402
+import bench_validation  # noqa: E402
 
 LOCAL_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 EMBEDDED_DATA_DIR = _ROOT / embedded.STATE_DIR / "bench-pg"
@@ -132,8 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(asyncio.run(_run_child(args.scenario, args.database_url))), flush=True)
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    with _admin_url(args.database_url) as admin_url:
-        reports = [_spawn(name, admin_url) for name in names]
+    if all(name in DATABASE_FREE for name in names):
+        reports = [_spawn(name, "") for name in names]
+    else:
+        with _admin_url(args.database_url) as admin_url:
+            reports = [_spawn(name, admin_url) for name in names]
     print(json.dumps(reports if args.scenario == "all" else reports[0], indent=2))
     return 0 if all("error" not in r for r in reports) else 1
 
@@ -176,6 +183,16 @@ def _spawn(scenario: str, admin_url: str) -> dict[str, Any]:
 
 
 async def _run_child(scenario: str, admin_url: str) -> dict[str, Any]:
+    if scenario in DATABASE_FREE:
+        results, targets, passed = DATABASE_FREE[scenario]()
+        report = {
+            "scenario": scenario,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "results": results,
+            "targets": targets,
+            "pass": passed,
+        }
+        return report | ({"error": results["error"]} if "error" in results else {})
     name = f"lading_bench_{os.getpid()}_{scenario}"
     admin = await asyncpg.connect(admin_url)
     try:
@@ -922,7 +939,13 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": bench_fairness,
     "operator": bench_operator.bench_operator,
     "delivery": bench_delivery.bench_delivery,
+    "validation": bench_validation.bench_validation,
 }
+
+DATABASE_FREE: dict[str, Callable[[], tuple[dict[str, Any], dict[str, Any], bool]]] = {
+    "validation": bench_validation.run,
+}
+"""Scenarios that touch no database: their child creates none, and they need no server."""
 
 
 if __name__ == "__main__":

@@ -36,8 +36,9 @@ their truth is expected to SUCCEED. Two kinds of document cannot be booked unrev
 when read perfectly, and their truth is expected in review:
 
     currency_not_shown      no ISO code, symbol or currency field anywhere
-    date_reads_two_ways     a numeric date like 03/04/2026 and no locale signal (a US
-                            supplier: no VAT id, no IBAN, English)
+    date_reads_two_ways     a numeric date like 03/04/2026 and no locale signal: English,
+                            and a supplier with no IBAN and no country-prefixed VAT id
+                            (US suppliers; Turkish ones with a bare VKN and no IBAN)
 
 Answers, one per class that applies to the document (see CORRUPTIONS), each differing from
 the truth in exactly `Answer.fields`:
@@ -474,7 +475,7 @@ def _spec(rng: random.Random, *, language: str, layout: str) -> _Spec:
             due = None
     delivery = issue - dt.timedelta(days=rng.randint(1, 6)) if rng.random() < 0.4 else None
     date_form = rng.choice(_DATE_FORMS[country])
-    if country == "US" and date_form in _NUMERIC_FORMS:
+    if not _locale_signal(language=language, supplier=supplier) and date_form in _NUMERIC_FORMS:
         due, delivery = _one_reading_or_none(rng, issue=issue, due=due, delivery=delivery)
 
     currency = rng.choice(_CURRENCIES[country])
@@ -945,10 +946,20 @@ def _doubt(spec: _Spec) -> str | None:
     if spec.currency_shown == "none":
         return CURRENCY_NOT_SHOWN
     dates = [spec.issue, *([spec.due] if spec.due else [])]
-    locale_known = spec.supplier.country != "US"  # a VAT id and an IBAN name every other supplier's country
-    if not locale_known and any(_reads_two_ways(spec, value) for value in dates):
+    ambiguous = any(_reads_two_ways(spec, value) for value in dates)
+    if ambiguous and not _locale_signal(language=spec.language, supplier=spec.supplier):
         return DATE_READS_TWO_WAYS
     return None
+
+
+def _locale_signal(*, language: str, supplier: _Party) -> bool:
+    """
+    Whether the document says which way its numeric dates read: the supplier's country from
+    its IBAN or a country-prefixed VAT id (a Turkish VKN is bare digits), or a language other
+    than English (English is written on both sides of the Atlantic).
+    """
+    prefixed = supplier.vat_id is not None and supplier.vat_id[:2].isalpha()
+    return language != "en" or supplier.iban is not None or prefixed
 
 
 def _features(spec: _Spec) -> tuple[str, ...]:

@@ -89,8 +89,8 @@ def test_the_truth_fits_the_schema_adds_up_and_quotes_the_document(seed: int, la
     document = adversarial.document(seed=seed, language=language, layout=layout)
     truth = invoice.Invoice.model_validate(document.truth)
     for line in truth.lines:
-        assert (decimal.Decimal(line.quantity) * decimal.Decimal(line.unit_price)).quantize(CENT) == \
-            decimal.Decimal(line.amount)
+        exact = decimal.Decimal(line.quantity) * decimal.Decimal(line.unit_price)
+        assert exact.quantize(CENT, rounding=decimal.ROUND_HALF_UP) == decimal.Decimal(line.amount)
     subtotal = sum((decimal.Decimal(line.amount) for line in truth.lines), decimal.Decimal(0))
     assert subtotal == decimal.Decimal(truth.subtotal)
     assert decimal.Decimal(truth.subtotal) + decimal.Decimal(truth.tax_total) == decimal.Decimal(truth.total)
@@ -151,8 +151,8 @@ def test_a_document_with_an_ambiguous_date_and_no_locale_signal_is_doubtful() ->
     doubtful = [d for d in corpus() if d.doubt == adversarial.DATE_READS_TWO_WAYS]
     assert doubtful
     for d in doubtful:
-        assert d.supplier_country == "US"
-        assert d.truth["supplier"]["vat_id"] is None and d.truth["supplier"]["iban"] is None
+        assert d.language == "en" and d.truth["supplier"]["iban"] is None
+        assert not (d.truth["supplier"]["vat_id"] or "00")[:2].isalpha()
 
 
 @pytest.mark.parametrize(("language", "layout"), [("xx", "ledger"), ("en", "scroll")])
