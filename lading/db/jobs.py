@@ -191,7 +191,7 @@ async def finish_many(
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    rows = await conn.fetch(queries.sql("job_finish_many"), *columns[:12], worker_id, *columns[12:])
+    rows = await conn.fetch(queries.sql("job_finish_many"), *columns, worker_id)
     return {JobId(r["id"]) for r in rows}
 
 

@@ -16,9 +16,10 @@ due and finishes IN_FLIGHT under its fence and lease; the dispatcher's reaper fi
 IN_FLIGHT whose owner vanished; only an operator moves FAILED_TERMINAL and UNKNOWN_EXTERNAL.
 DELIVERED is final.
 
-Every SQL statement that changes `deliveries.state` (lading/db/sql/deliveries.sql) takes its
-source states from this table; tests/integration/delivery/test_delivery_transitions.py tries
-every (from, to) pair against every statement.
+Every SQL statement that changes `deliveries.state` (lading/db/sql/deliveries.sql) writes its
+allowed source states into its guard by hand; they are not generated from this table. What keeps
+the two in step is tests/integration/delivery/test_delivery_transitions.py, which tries every
+statement from every state and checks the moves it makes against `LEGAL`.
 """
 
 from __future__ import annotations

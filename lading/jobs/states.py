@@ -9,9 +9,11 @@ The job state machine: the one place that says which state changes are legal.
       └── expire ──────┴──────────────────▶ FAILED_TERMINAL   (deadline passed while waiting)
     any non-terminal state ──cancel──▶ CANCELLED
 
-Every SQL statement that changes `extraction_jobs.state` takes its allowed source
-states from `sources_of()`, so the database can never make a move this table forbids;
-`tests/integration/test_job_transitions.py` tries every (from, to) pair.
+Every SQL statement that changes `extraction_jobs.state` (lading/db/sql/jobs.sql) writes its
+allowed source states into its guard by hand; they are not generated from this table. What
+keeps the two in step is `tests/integration/test_job_transitions.py`: it tries every statement
+from every source state and checks the legal ones against `LEGAL` (and `sources_of()`, which
+states the same table as SQL text values).
 """
 
 from __future__ import annotations

@@ -1,41 +1,17 @@
 """
-The receiver's named SQL, loaded from `sql/*.sql` (the same `-- name:` convention as
-`lading.db.queries`, kept apart because these tables live in the ERP's database, not Lading's).
+The receiver's named SQL, loaded from its own `sql/*.sql` by the core's loader
+(`lading.db.queries.Loader`): the same `-- name:` convention, kept in files of its own because
+these tables live in the ERP's database, not Lading's.
 
 Loading fails on a duplicate name; parameters always go through `$n` placeholders.
 """
 
 from __future__ import annotations
 
-import importlib.resources
-import re
+from lading.db import queries
 
-_HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
-
-
-def _load() -> dict[str, str]:
-    queries: dict[str, str] = {}
-    folder = importlib.resources.files(__package__ or "lading_webhook_receiver") / "sql"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
-            continue
-        parts = _HEADER.split(entry.read_text(encoding="utf-8"))
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in queries:
-                raise RuntimeError(f"duplicate query name {name!r} in {entry.name}")
-            queries[name] = body.strip().rstrip(";")
-    return queries
-
-
-_QUERIES = _load()
-
-
-def sql(name: str) -> str:
-    """The text of the named query; a KeyError names the missing query."""
-    try:
-        return _QUERIES[name]
-    except KeyError:
-        raise KeyError(f"no SQL query named {name!r} in lading_webhook_receiver/sql") from None
+LOADER = queries.Loader(__package__ or "lading_webhook_receiver")
+sql = LOADER.sql
 
 
 ERP_INBOX_CLAIM = sql("erp_inbox_claim")

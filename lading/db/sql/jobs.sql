@@ -110,10 +110,11 @@ SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
 -- the primary key instead of joining every submitted row against every running job.
 -- A value PostgreSQL cannot store fails the whole statement with a data error (SQLSTATE class
 -- 22/54); the committer then splits the group to isolate it (lading.db.storable.isolate).
+-- $1..$14 are the per-attempt arrays, one element per attempt; $15 is the committing worker.
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
-                  $8::bigint[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $14::text[], $15::bool[])
+                  $8::bigint[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $13::text[], $14::bool[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
                 tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back)
 ), locked AS (
@@ -136,7 +137,7 @@ WITH input AS (
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id
        AND j.fence = i.fence
-       AND j.worker_id = $13
+       AND j.worker_id = $15
        AND j.lease_until > clock_timestamp()
        AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'RETRY_SCHEDULED', 'FAILED_TERMINAL')
     RETURNING j.id, j.fence, j.schema, j.validation_policy, i.to_state, i.result, i.validation
@@ -156,7 +157,7 @@ WITH input AS (
      WHERE result IS NOT NULL AND to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED')
 ), stale AS (
     INSERT INTO stale_completions (job_id, fence, worker_id)
-    SELECT i.job_id, i.fence, $13 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
+    SELECT i.job_id, i.fence, $15 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
 ), used AS (
     -- Tokens spent count against the tenant's daily budget whether or not the attempt was stale.
     -- Tenants in name order: two finishing statements lock their usage rows in the same order.
