@@ -49,6 +49,13 @@ PRIORITIES: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}
 """Priority classes as stored (lower runs first)."""
 
 
+def idempotency_key(*, namespace: str, name: str, uid: str) -> str:
+    """The identity a batch is accepted under, with its tenant: `namespace/name/uid` of its resource.
+    The one place the format is written; admission, acceptance and the operator's lookups all use it.
+    The uid makes a batch deleted and created again under the same name a new batch."""
+    return f"{namespace}/{name}/{uid}"
+
+
 @dataclasses.dataclass(frozen=True)
 class DocumentInput:
     key: str
@@ -84,7 +91,7 @@ class BatchRequest:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.namespace}/{self.name}/{self.uid}"
+        return idempotency_key(namespace=self.namespace, name=self.name, uid=self.uid)
 
 
 class UnstorableRequest(errors.PermanentError):

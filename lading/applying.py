@@ -213,7 +213,9 @@ async def _check_batch(
     pool = await registry.get_pool(conn, name=pool_name)
     if pool is None:
         raise AdmissionRejected(reason="PoolNotFound", message=f"InferencePool {pool_name} does not exist")
-    idempotency_key = f"{namespace}/{batch.metadata.name}/{batch.metadata.uid or ''}"
+    idempotency_key = accepting.idempotency_key(
+        namespace=namespace, name=batch.metadata.name, uid=batch.metadata.uid or ""
+    )
     existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=idempotency_key)
     if not existing:
         await _check_room(conn, rules, jobs=jobs, document_bytes=document_bytes)

@@ -57,7 +57,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from lading import applying, errors
+from lading import accepting, applying, errors
 from lading.db import batches, fairness, jobs, observed, registry
 from lading.documents import fetching
 from lading.documents import manifests as document_manifests
@@ -139,7 +139,7 @@ class Reconciler:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.namespace}/{self.name}/{self.body.metadata.uid}"
+        return accepting.idempotency_key(namespace=self.namespace, name=self.name, uid=str(self.body.metadata.uid))
 
     async def run(self, stopped: Any) -> None:
         try:
@@ -490,7 +490,7 @@ def _reason(error_class: str) -> str:
 async def finalize(rt: runtime.Runtime, body: kopf.Body) -> int:
     """Cancel every non-terminal job of the batch (results and audit rows stay); returns how many."""
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
-    idempotency_key = f"{namespace}/{name}/{body.metadata.uid}"
+    idempotency_key = accepting.idempotency_key(namespace=namespace, name=name, uid=str(body.metadata.uid))
     async with rt.db.acquire() as conn:
         tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
         current = None
