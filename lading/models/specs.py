@@ -110,7 +110,9 @@ DEADLINE_S_DEFAULT = 21_600
 """Six hours: an overnight-batch style deadline that still fails loudly within a working day."""
 DEADLINE_S_MAX = 30 * 24 * 3600
 """Thirty days: longer than any retry budget; a batch that old is abandoned, not slow."""
-VALIDATION_POLICY_DEFAULT = "invoice-strict-v1"
+VALIDATION_POLICY_DEFAULT = "invoice-strict-v2"
+"""New batches are judged by the strictest policy; a batch stores its policy's name, so batches
+admitted under invoice-strict-v1 keep it (docs/validation.md)."""
 RETRY_MAX_ATTEMPTS_DEFAULT = 12
 """With backoff, enough attempts to ride out an ERP maintenance window; maxAgeSeconds bounds the time."""
 RETRY_MAX_AGE_S_DEFAULT = 86_400
@@ -810,7 +812,8 @@ class ExtractionBatchSpec(_Spec):
         min_length=4,
         max_length=63,
         pattern=VALIDATION_POLICY_PATTERN,
-        description="Versioned policy that validates each extracted result, e.g. invoice-strict-v1.",
+        description="Versioned policy that validates each extracted result: invoice-strict-v2 (the default) "
+        "or invoice-strict-v1. Immutable.",
     )
     suspend: bool = pydantic.Field(
         default=False,

@@ -76,6 +76,9 @@ class Executor:
     """Reads documents given by manifest; None: such documents fail as unavailable (retried)."""
     limiter: limiting.PoolLimiter | None = None
     """The pool's shared request/token/concurrency limits; None for pools without an upstream (builtin)."""
+    default_currency: str | None = None
+    """ISO code `invoice-strict-v2` books for a document that shows no currency; None: such a
+    document goes to review (`lading.validation.validate`, docs/validation.md)."""
     _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
 
     async def run(
@@ -241,7 +244,12 @@ class Executor:
         usage = transitions.Usage(tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out, latency_ms=latency_ms)
         if outcome.outcome is base.OutcomeClass.OK and outcome.result is not None:
             try:
-                verdict = policies.validate(outcome.result, source_text=job.text or "", policy=job.validation_policy)
+                verdict = policies.validate(
+                    outcome.result,
+                    source_text=job.text or "",
+                    policy=job.validation_policy,
+                    default_currency=self.default_currency,
+                )
             except errors.UnknownPolicy as exc:
                 return transitions.fail(
                     job.id, job.fence, outcome="terminal", error_class="UNKNOWN_POLICY", error=str(exc), usage=usage

@@ -92,7 +92,7 @@ def test_design_example_specs_validate_with_defaults_filled_in() -> None:
     assert pool.paused is False
     assert endpoint.retry_budget is None
     assert batch.extraction_schema == invoice.SCHEMA_NAME
-    assert batch.validation_policy == "invoice-strict-v1"
+    assert batch.validation_policy == "invoice-strict-v2"
     assert batch.suspend is False
 
 
