@@ -39,8 +39,8 @@ from typing import Any
 
 import asyncpg
 
-from lading import errors, failpoints
-from lading.db import batches, fairness, job_documents, jobs, locks, outbox, storable
+from lading import errors, failpoints, storable
+from lading.db import batches, fairness, job_documents, jobs, locks, outbox
 from lading.documents import manifests
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing

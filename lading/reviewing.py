@@ -14,7 +14,7 @@ cancelled) changes nothing, and `NotAwaitingReview` names the state it is in.
 
 A correction must be a valid `invoice.v1` document, or `CorrectionInvalid` names pydantic's
 error locations and nothing is written. What PostgreSQL cannot store (NUL, lone surrogates,
-integers past 64 bits, NaN or Infinity; `lading.db.storable`) is refused the same way, naming
+integers past 64 bits, NaN or Infinity; `lading.storable`) is refused the same way, naming
 the field, before any SQL; a sign-off holding a lone surrogate is refused like one holding
 control characters. The job's validation policy then judges the correction against the
 document's text; that verdict is stored and reported, never enforced: the reviewer decides,
@@ -44,8 +44,8 @@ from typing import Any, Final
 import asyncpg
 import pydantic
 
-from lading import errors, ids, validation
-from lading.db import jobs, reporting, results, review_decisions, storable
+from lading import errors, ids, storable, validation
+from lading.db import jobs, reporting, results, review_decisions
 from lading.jobs import states
 from lading.models import invoice
 

@@ -14,7 +14,7 @@ What this module does not do:
 
 - open transactions: `work` must be one whole unit of work (acquire, transaction, the
   statements), because the failed transaction is gone and must be rebuilt from scratch;
-- retry anything else. A data error (`lading.db.storable.is_data_error`) fails the same way
+- retry anything else. A data error (`lading.storable.is_data_error`) fails the same way
   every time and is isolated there; an unreachable database is the caller's loop's business.
 """
 

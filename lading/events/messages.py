@@ -27,8 +27,8 @@ import aio_pika
 import aio_pika.abc
 import orjson
 
-from lading import errors
-from lading.db import outbox, storable
+from lading import errors, storable
+from lading.db import outbox
 
 MAX_BODY_BYTES = 1 << 20
 """Largest event body the ingress accepts (1 MiB). Events carry ids and states, not documents."""

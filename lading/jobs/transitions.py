@@ -6,7 +6,7 @@ applies many at once with `lading.db.jobs.finish_many` (one compare-and-set stat
 No code writes `state = ...` by hand; the SQL guards come from `states.LEGAL`.
 
 A Finish PostgreSQL refuses to store (a NUL or a lone surrogate in its text or JSON, an
-integer past bigint: `lading.db.storable`) is never retried as is: the committer replaces it
+integer past bigint: `lading.storable`) is never retried as is: the committer replaces it
 with `unstorable(...)`, FAILED_TERMINAL with error class UNSTORABLE, which names the refused
 field and keeps none of its values. Values are meant to be refused earlier, where they enter
 (model output: `lading.providers.base.checked`); this is the last line.
@@ -18,8 +18,7 @@ import dataclasses
 import re
 from typing import Any, Final
 
-from lading import errors
-from lading.db import storable
+from lading import errors, storable
 from lading.ids import Fence, JobId
 from lading.jobs.states import JobState, is_legal
 

@@ -32,8 +32,7 @@ from typing import Any, Generic, TypeVar
 import pydantic
 import yaml
 
-from lading import errors
-from lading.db import storable
+from lading import errors, storable
 from lading.models import specs
 
 R_co = TypeVar("R_co", bound=specs.Resource, covariant=True)

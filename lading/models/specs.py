@@ -33,7 +33,7 @@ import pydantic
 import pydantic.alias_generators
 import pydantic_core
 
-from lading.db import storable
+from lading import storable
 
 GROUP = "lading.dev"
 VERSION = "v1alpha1"

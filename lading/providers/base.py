@@ -30,7 +30,7 @@ import enum
 import json
 from typing import Any, Final, Protocol
 
-from lading.db import storable
+from lading import storable
 from lading.ids import JobId
 from lading.jobs import transitions
 

@@ -59,7 +59,7 @@ Outcome text that contains it (a server echoing headers into its answer) is reda
 Model output is data: it is parsed as JSON and validated against the schema, never executed,
 never used as a URL. What PostgreSQL could not store is refused before the schema is consulted
 (in keys too, and in values the schema would drop), and raw output kept for a reviewer is
-escaped (`lading.db.storable.escaped`): NUL and lone surrogates show as `\\u0000`, `\\ud800`.
+escaped (`lading.storable.escaped`): NUL and lone surrogates show as `\\u0000`, `\\ud800`.
 Whether the values are right (arithmetic, evidence) is the validation policy's business, after
 this provider returns.
 """
@@ -80,8 +80,7 @@ from typing import Any, Final
 import aiohttp
 import pydantic
 
-from lading import limiting
-from lading.db import storable
+from lading import limiting, storable
 from lading.jobs import retry, transitions
 from lading.models import invoice
 from lading.providers import base, builtin, prompting

@@ -15,8 +15,8 @@ import asyncpg
 import pytest
 from lading_worker import committing
 
-from lading import accepting, ids
-from lading.db import jobs, storable
+from lading import accepting, ids, storable
+from lading.db import jobs
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
 from tests.support import factories, processes

@@ -28,8 +28,8 @@ from aiohttp import web
 from hypothesis import strategies as st
 from lading_worker import running
 
-from lading import accepting
-from lading.db import registry, storable
+from lading import accepting, storable
+from lading.db import registry
 from lading.ids import PoolName
 from lading.providers import builtin
 from lading.samples import generator

@@ -17,8 +17,8 @@ import asyncpg
 import pytest
 from lading_worker import committing
 
-from lading import accepting
-from lading.db import jobs, storable
+from lading import accepting, storable
+from lading.db import jobs
 from lading.ids import JobId, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings

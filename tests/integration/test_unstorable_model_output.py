@@ -20,8 +20,8 @@ import asyncpg
 from aiohttp import web
 from lading_worker import running
 
-from lading import accepting
-from lading.db import registry, storable
+from lading import accepting, storable
+from lading.db import registry
 from lading.ids import PoolName
 from lading.providers import base, builtin
 from lading.samples import generator

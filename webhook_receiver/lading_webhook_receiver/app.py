@@ -41,8 +41,8 @@ import orjson
 import prometheus_client
 import pydantic
 
-from lading import failpoints
-from lading.db import migrating, storable
+from lading import failpoints, storable
+from lading.db import migrating
 from lading.webhooks import payload, signing
 from lading_webhook_receiver import adapters, inbox, metrics, settings
 

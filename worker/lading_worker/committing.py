@@ -7,7 +7,7 @@ one statement commits up to `commit_batch_size` attempts with their attempt, res
 outbox rows. If the database is unreachable the batch is retried; leases that expire
 meanwhile make those completions stale, never double-applied.
 
-A data error is not unavailability: a value PostgreSQL cannot store (lading.db.storable) fails
+A data error is not unavailability: a value PostgreSQL cannot store (lading.storable) fails
 the statement for the whole group, and retrying it would fail for ever while the heartbeater
 kept the leases alive. The group is split instead (`storable.isolate`, about 2·log₂(n) more
 statements for one bad attempt in n) until every good attempt is committed and each bad one is
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 import asyncpg
 import prometheus_client
 
-from lading import looping, metrics
-from lading.db import conflicts, jobs, registry, storable
+from lading import looping, metrics, storable
+from lading.db import conflicts, jobs, registry
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings

@@ -38,8 +38,8 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 
-from lading import failpoints, looping, metrics, tracing
-from lading.db import outbox, storable
+from lading import failpoints, looping, metrics, storable, tracing
+from lading.db import outbox
 from lading.events import messages, topology
 from lading.settings import EventSettings
 from lading_worker.relaying import BROKER_ERRORS, DATABASE_ERRORS

@@ -57,9 +57,9 @@ import aiohttp.abc
 import asyncpg
 import yarl
 
-from lading import failpoints, logs, looping, metrics, tracing
+from lading import failpoints, logs, looping, metrics, storable, tracing
 from lading import settings as lading_settings
-from lading.db import conflicts, deliveries, storable
+from lading.db import conflicts, deliveries
 from lading.delivery import breaker, building, egress
 from lading.delivery import secrets as delivery_secrets
 from lading.delivery.states import DeliveryState

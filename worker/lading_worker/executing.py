@@ -47,8 +47,8 @@ from collections.abc import Callable
 import asyncpg
 import prometheus_client
 
-from lading import errors, failpoints, limiting, metrics, urls
-from lading.db import jobs, storable
+from lading import errors, failpoints, limiting, metrics, storable, urls
+from lading.db import jobs
 from lading.documents import fetching
 from lading.jobs import retry, transitions
 from lading.providers import base

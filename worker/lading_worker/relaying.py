@@ -42,8 +42,8 @@ import aio_pika.exceptions
 import aiormq.exceptions
 import asyncpg
 
-from lading import errors, failpoints, looping, metrics, tracing
-from lading.db import conflicts, outbox, storable
+from lading import errors, failpoints, looping, metrics, storable, tracing
+from lading.db import conflicts, outbox
 from lading.events import messages, topology
 from lading.settings import EventSettings
 

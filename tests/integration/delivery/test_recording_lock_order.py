@@ -17,7 +17,8 @@ from typing import Any
 import asyncpg
 from lading_worker import dispatching
 
-from lading.db import deliveries, storable
+from lading import storable
+from lading.db import deliveries
 from lading.db import pool as dbpool
 from lading.delivery.states import DeliveryState
 from tests.integration.delivery import helpers

@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 from lading_worker import consuming, relaying
 
-from lading.db import storable
+from lading import storable
 from lading.settings import BrokerTopology, EventSettings
 from tests.integration.events import helpers
 from tests.support import waiting

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lading.db import storable
+from lading import storable
 
 
 @pytest.mark.parametrize(

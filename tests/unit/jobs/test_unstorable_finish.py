@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lading.db import storable
+from lading import storable
 from lading.ids import Fence, JobId
 from lading.jobs import states, transitions
 from lading.jobs.states import JobState

@@ -10,7 +10,7 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from lading.db import storable
+from lading import storable
 from lading.jobs import transitions
 from lading.providers import base, openai_compatible
 

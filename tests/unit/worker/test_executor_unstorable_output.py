@@ -8,7 +8,7 @@ import time
 import pytest
 from lading_worker import executing
 
-from lading.db import storable
+from lading import storable
 from lading.jobs.states import JobState
 from lading.providers import base
 from lading.settings import AttemptSettings

@@ -16,6 +16,10 @@ row of that group hostage. Two defences, in this order:
    the bad one terminally with error class `UNSTORABLE`. A data error is never "database
    unavailable".
 
+It sits at the bottom of the core, beside `lading.ids` and `lading.errors`, because the spec
+models, the job transitions and the providers check values with it long before any repository
+sees them; `lading.db` and the writers above it use the rest.
+
 `isolate` does not open transactions: each call of `apply` must be its own unit of work (its
 own transaction, or a savepoint inside the caller's), because a failed statement aborts the
 transaction it ran in.
