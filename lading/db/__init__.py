@@ -1,9 +1,35 @@
 """
-The only place SQL lives.
+The only place Lading's SQL lives: named queries in `sql/*.sql`, one file per table, and one
+repository function per query (tests/unit/layout/test_sql_in_repositories.py fails on SQL run
+anywhere else). Repositories take a connection and never open transactions of their own: the
+caller decides the unit of work.
 
-    pool.py        connection pools with the codecs every repository expects
-    migrating.py   versioned migrations under an advisory lock
-    queries.py     named queries loaded from sql/*.sql
-    embedded.py    a real PostgreSQL server started on demand (`lading run`, tests)
-    jobs.py, batches.py, attempts.py, outbox.py   repositories: one function per query
+Infrastructure
+    pool.py            connection pools with the codecs every repository expects
+    queries.py         the loader of named queries and fragments (`job_eligible`); also reads
+                       another package's sql/ folder (the webhook receiver's)
+    migrating.py       versioned migrations (`migrations/NNNN_*.sql`) under an advisory lock
+    embedded.py        a real PostgreSQL server started on demand (`lading run`, tests)
+    conflicts.py       retrying a unit of work that lost a deadlock or serialization conflict
+    locks.py           lock timeouts and session advisory locks (elections)
+
+Repositories, by table (queries in sql/<file>)
+    jobs.py            extraction_jobs: allocation, COPY, the claim, finish, heartbeat, release,
+                       reap, expiry, cancel, review moves       jobs.sql, attempts.sql,
+                                                                stale_completions.sql
+    job_documents.py   job_documents and the manifest_lines staging table
+                                                                job_documents.sql, manifest_lines.sql
+    batches.py         batches: insert, lookup by key, suspension, progress   batches.sql
+    outbox.py          outbox_events and the ingress inbox      outbox.sql
+    deliveries.py      deliveries, delivery attempts, endpoint health         deliveries.sql
+    registry.py        tenants, pools, endpoints (what the operator mirrors)  tenants.sql, pools.sql
+    fairness.py        tenant_queues and daily token budgets    tenant_queues.sql, tenants.sql
+    limiter.py         limiter_permits and limiter_seconds      limiter.sql
+    results.py         results as a reviewer corrects them      results.sql
+    review_decisions.py  the review audit trail                 review_decisions.sql
+
+Read models (shaped for one reader, over the tables' own query files)
+    reporting.py       `lading jobs` and `lading status` (the `*_report` queries)
+    observed.py        what the operator writes into custom resource status (and catalog.sql)
+    scaling.py         what the scaler needs to know about a pool
 """
