@@ -10,6 +10,11 @@ advisory lock refreshes; the others export nothing for these gauges and retry th
 interval. The lock lives on a dedicated connection: when that process dies or loses its
 connection, PostgreSQL releases the lock and another replica takes over within one interval.
 
+The values come from the repositories (`lading.db.jobs`, `outbox`, `registry`, `deliveries`);
+this module runs no SQL of its own. The refresher stays in the core, not in a process package,
+because two processes run it: every worker, and the operator (so the gauges exist while the
+workers are scaled to zero); components do not import each other.
+
 Label values come from the database but are bounded: pools, tenants (registered through CRs)
 and the closed set of states. Series of pools or tenants that disappeared are removed at each
 refresh, so nothing stale lingers.
@@ -25,7 +30,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-from lading import metrics
+from lading import looping, metrics
 from lading.db import deliveries, jobs, locks, outbox, registry
 from lading.db import pool as dbpool
 
@@ -75,8 +80,7 @@ class GaugeRefresher:
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     logger.warning("Gauge refresh failed: %s", exc)
                     await self._resign()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+                await looping.wait_or_stop(stop, self.settings.interval_s)
         finally:
             await self._resign()
 
