@@ -120,8 +120,16 @@ INVOICE_NUMBER_CUES: Final = (
     "factuurnummer", "factuur nr", "factuurnr", "factuur",
     "número de factura", "factura n°", "factura nº", "factura no", "nº factura", "factura", "n.º factura",
     "fattura n", "fattura n°", "numero fattura", "n. fattura", "fattura", "numero documento",
+    # credit notes are invoices with negative totals: their number is booked the same way
+    "credit note", "credit note no", "credit memo", "gutschrift", "gutschriftsnummer", "gutschrift nr",
+    "iade faturası", "iade fatura no", "avoir", "avoir n°", "facture d'avoir", "creditnota", "creditfactuur",
+    "factura rectificativa", "nota de crédito", "abono", "nota di credito", "nota credito",
+    # word stems, for labels built around them (`Nº de factura`, `Rectificativa nº`, `N. fattura`)
+    "factu", "fattur", "rectificativa",
 )
-"""Labels of the invoice number (a label matches when it starts the text before the number)."""
+"""Labels of the invoice number. A number's label is read by the earliest of these or of
+OTHER_NUMBER_CUES that occurs in it (`Nº de pedido` is an order number, `Rechnung Nr.` the
+invoice number; on a tie the longer cue)."""
 
 OTHER_NUMBER_CUES: Final = (
     "order no", "order number", "po number", "po no", "purchase order", "customer no", "customer number",
@@ -154,7 +162,7 @@ DUE_DATE_CUES: Final = (
     "date d'échéance", "échéance", "à payer avant le",
     "vervaldatum", "uiterste betaaldatum", "te betalen voor",
     "fecha de vencimiento", "vencimiento",
-    "data di scadenza", "scadenza",
+    "data di scadenza", "data scadenza", "scadenza", "fecha vencimiento", "date échéance",
 )
 """Labels of the due date."""
 
@@ -171,7 +179,8 @@ OTHER_DATE_CUES: Final = (
 """Labels of dates that are neither the issue nor the due date."""
 
 TITLE_CUES: Final = (
-    "invoice", "tax invoice", "commercial invoice", "credit note", "rechnung", "gutschrift",
+    "invoice", "tax invoice", "commercial invoice", "credit note", "credit memo", "rechnung", "gutschrift",
+    "iade faturası", "nota de crédito", "nota di credito",
     "fatura", "e-arşiv fatura", "e-fatura", "facture", "avoir", "factuur", "creditnota", "factura",
     "factura rectificativa", "fattura", "nota di credito",
 )

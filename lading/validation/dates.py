@@ -5,10 +5,9 @@ Printed dates and what they can mean: the date reader of `invoice-strict-v2`.
 can be read as:
 
     2025-03-04  2025/03/04              year first: one reading
-    04.03.2025  4.3.25                  dots: day first (the European convention), one reading
-                                        unless only the other order is a date (12.25.2025)
-    04/03/2025  04-03-2025  4/3/25      4 March or 3 April: two readings, unless one of the
-                                        numbers is above 12
+    04.03.2025  04/03/2025  04-03-2025  4 March or 3 April: two readings, unless one of the
+    4.3.25  4/3/25                      numbers is above 12 (dots are the European habit, but
+                                        not a rule: a US supplier may print 03.04.2025 too)
     4 March 2025  March 4, 2025  4. März 2025  4 Mart 2025  4 mars 2025  4 maart 2025
     4 de marzo de 2025  4 marzo 2025  4-Mar-2025  1st March 2025
                                         a month name (or its abbreviation) in en, de, tr, fr,
@@ -57,8 +56,6 @@ class PrintedDate:
     """The reading with the day first (or the only reading)."""
     month_first: dt.date | None
     """The reading with the month first, when the form allows one and it differs."""
-    dotted: bool
-    """Printed with dots: day first by convention."""
 
     @property
     def readings(self) -> frozenset[dt.date]:
@@ -66,7 +63,7 @@ class PrintedDate:
 
     @property
     def ambiguous(self) -> bool:
-        return self.day_first is not None and self.month_first is not None and not self.dotted
+        return self.day_first is not None and self.month_first is not None
 
 
 def find(lowered_text: str) -> list[PrintedDate]:
@@ -93,21 +90,20 @@ def _printed(match: re.Match[str]) -> PrintedDate | None:
     start, end = match.span()
     if match.group("iy") is not None:
         iso = _date(int(match.group("iy")), int(match.group("im")), int(match.group("id")))
-        return None if iso is None else PrintedDate(start, end, iso, None, dotted=False)
+        return None if iso is None else PrintedDate(start, end, iso, None)
     if match.group("na") is not None:
         a, b, year = int(match.group("na")), int(match.group("nb")), _year(match.group("ny"))
         dmy, mdy = _date(year, b, a), _date(year, a, b)
-        dotted = match.group("nsep") == "."
         if dmy is None and mdy is None:
             return None
         if dmy is None:
-            return PrintedDate(start, end, mdy, None, dotted=dotted)
-        return PrintedDate(start, end, dmy, None if mdy == dmy or dotted else mdy, dotted=dotted)
+            return PrintedDate(start, end, mdy, None)
+        return PrintedDate(start, end, dmy, None if mdy == dmy else mdy)
     if match.group("tm") is not None:
         named = _date(int(match.group("ty")), _MONTH_NUMBER[match.group("tm")], int(match.group("td")))
     else:
         named = _date(int(match.group("my")), _MONTH_NUMBER[match.group("mm")], int(match.group("md")))
-    return None if named is None else PrintedDate(start, end, named, None, dotted=False)
+    return None if named is None else PrintedDate(start, end, named, None)
 
 
 def _year(text: str) -> int:

@@ -20,7 +20,9 @@ lookup, or one `str.find` over the index's normalised or compacted text. Nothing
 A role is read like a person reads it: the nearest heading above the value in its block (or
 before it on its line) whose column is not right of the value's; with no heading, the first
 block of the document that is not only a title is the supplier's letterhead, and a block that
-holds the supplier's IBAN is the supplier's. Anything else has no role.
+holds the supplier's IBAN is the supplier's. On a document with no buyer heading at all, a
+block before the first amount is the addressee (a letter's address field): the buyer.
+Anything else has no role.
 """
 
 # ruff: noqa: RUF001, RUF002  (the Turkish dotless i and the en dash are meant, not confusables)
@@ -49,6 +51,10 @@ _LABEL_TAIL = re.compile(r"(?:[^\W\d_][^\s]*)(?: [^\W\d_][^\s]*){0,5}$")
 _LABEL_STRIP = " \t:.#-–|·•;,"
 _CHUNK = re.compile(r"\S+(?: \S+)*")
 _TOKEN = re.compile(r"\S+")
+_MONEY = re.compile(r"\d[.,]\d{2}(?![\d.,])")
+_COLUMN_GAP = re.compile(r"[ \t]{3,}")
+"""Three or more blanks inside a line separate side-by-side columns (a label and its value are
+separated by at most two)."""
 
 
 def lowered(text: str) -> str:
@@ -106,6 +112,9 @@ class Document:
         for cue in self.cues:
             self._cues_by_line.setdefault(cue.line, []).append(cue)
         self.letterhead = self._letterhead()
+        self._buyer_headings = any(cue.role == cues.BUYER for cue in self.cues)
+        amount = _MONEY.search(text)
+        self._first_amount_line = self.line_of(amount.start()) if amount is not None else len(self.line_starts)
         tokens = list(_TOKEN.finditer(text))
         self.normal = " ".join(token.group() for token in tokens)
         self._normal_starts: list[int] = []
@@ -216,12 +225,21 @@ class Document:
         for mark in supplier_marks:
             if self.same_block(offset, mark):
                 return Role(cues.SUPPLIER, f"in the block holding the supplier's IBAN (line {self.line_number(mark)})")
+        if not self._buyer_headings and line < self._first_amount_line and not self._blank[line]:
+            return Role(cues.BUYER, "the addressee: a block with no heading before the items, on a document "
+                                    "with no buyer heading")
         return Role(None, "under no supplier or buyer heading")
 
     def debit_line(self, offset: int) -> bool:
-        """Whether the line at `offset` speaks of a direct debit (the account is the buyer's)."""
+        """Whether the text around `offset` on its line (its column, when the line holds side-by-side
+        columns) speaks of a direct debit: the account there is the buyer's."""
         line = self.line_of(offset)
-        return _DEBIT.search(lowered(self._line_text(line))) is not None
+        start = self.line_starts[line]
+        text = lowered(self._line_text(line))
+        column = offset - start
+        left = max((gap.end() for gap in _COLUMN_GAP.finditer(text, 0, column)), default=0)
+        right = next((gap.start() for gap in _COLUMN_GAP.finditer(text, column)), len(text))
+        return _DEBIT.search(text, left, right) is not None
 
     # -- labels ------------------------------------------------------------------------------
 
@@ -242,14 +260,12 @@ class Document:
         return _label_key(tail.group()) if tail is not None else ""
 
     def _label_above(self, line: int, column: int) -> str | None:
-        for above in range(line - 1, max(-1, line - 3), -1):
-            text = self._line_text(above)
-            if not text.strip():
-                continue
-            for chunk in _CHUNK.finditer(text):
-                if abs(chunk.start() - column) <= _COLUMN_SLACK and not any(c.isdigit() for c in chunk.group()):
-                    return _label_key(chunk.group())
+        """The chunk right above `column` on the previous line of the same block (labels over values)."""
+        if line == 0 or self._blank[line - 1]:
             return None
+        for chunk in _CHUNK.finditer(self._line_text(line - 1)):
+            if abs(chunk.start() - column) <= _COLUMN_SLACK and not any(c.isdigit() for c in chunk.group()):
+                return _label_key(chunk.group())
         return None
 
     # -- finding -----------------------------------------------------------------------------
@@ -311,6 +327,17 @@ def _continues_number(neighbours: str) -> bool:
 
 def _label_key(label: str) -> str:
     return " ".join(lowered(label).strip(_LABEL_STRIP).split())
+
+
+def classify_by_occurrence(label: str, tables: dict[str, Sequence[str]]) -> str | None:
+    """The table with the cue that occurs earliest in `label` (the longer one on a tie), or None."""
+    best: tuple[int, int, str] | None = None
+    for name, words in tables.items():
+        for word in words:
+            position = label.find(word)
+            if position != -1 and (best is None or (position, -len(word)) < (best[0], best[1])):
+                best = (position, -len(word), name)
+    return best[2] if best is not None else None
 
 
 def classify_label(label: str, tables: dict[str, Sequence[str]]) -> str | None:

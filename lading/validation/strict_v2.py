@@ -91,9 +91,6 @@ _LANGUAGE = re.compile(
 _NUMBER_LABELS: Final[dict[str, Sequence[str]]] = {
     "invoice": cues.INVOICE_NUMBER_CUES,
     "other": cues.OTHER_NUMBER_CUES,
-    "issue": cues.ISSUE_DATE_CUES,
-    "due": cues.DUE_DATE_CUES,
-    "other date": cues.OTHER_DATE_CUES,
 }
 _DATE_LABELS: Final[dict[str, Sequence[str]]] = {
     "issue": cues.ISSUE_DATE_CUES,
@@ -477,7 +474,7 @@ class _Judge:
         number = inv.invoice_number
         found = self._find("invoice_number", lambda within: self._find_number(number, within), "invoice number")
         if found.failure is None and found.quote is not None and found.offsets:  # unquoted: v1's evidence_missing
-            labels = [(offset, layout.classify_label(self.doc.label_at(offset), _NUMBER_LABELS))
+            labels = [(offset, layout.classify_by_occurrence(self.doc.label_at(offset), _NUMBER_LABELS))
                       for offset in found.offsets]
             if not any(label == "invoice" for _, label in labels):
                 offset, label = labels[0]

@@ -290,12 +290,20 @@ def test_side_by_side_party_blocks_are_read_by_column() -> None:
     assert [check for check, _ in _checks(_swapped(result), document)] == ["party_role"] * 4
 
 
-def test_a_buyer_under_no_heading_has_no_role() -> None:
+def test_a_buyer_under_no_heading_after_the_items_has_no_role() -> None:
     result, document = _invoice("en")
-    document = document.replace("Bill To:\n", "")
+    block = document[document.index("Bill To:"):document.index("Invoice No:")]
+    document = document.replace(block, "") + "\n" + block.replace("Bill To:\n", "")
     failure = _failure(result, document, "party_role")
     assert failure.field == "buyer.name"
     assert "unknown" in failure.message
+
+
+def test_the_address_block_of_a_letter_with_no_buyer_heading_is_the_buyers() -> None:
+    result, document = _invoice("de")
+    document = document.replace("Rechnung an:\n", "")
+    assert _checks(result, document) == []
+    assert [check for check, _ in _checks(_swapped(result), document)] == ["party_role"] * 4
 
 
 def test_the_supplier_may_be_the_block_holding_the_iban() -> None:
