@@ -39,17 +39,7 @@ def failures(verdict: validation.Verdict) -> list[dict[str, object]]:
     return [check.to_json() for check in verdict.failed]
 
 
-KNOWN_MISSES = (
-    f"{V2} holds correct answers it should deliver: credit-note number labels (Credit Note No, Gutschrift Nr.,"
-    " Avoir n°, Creditnota nr., Rectificativa nº, Nota di credito n., İade Fatura No) and `Nº de factura` are"
-    " not invoice-number labels to it; `Data scadenza` over a column reads as the issue date; a supplier IBAN"
-    " beside the buyer's direct-debit IBAN on one two-column line is taken for the buyer's; a buyer named"
-    " below the header without a heading (examples/extractionbatch.yaml 2026/03/inv-0001) has no role"
-)
-
-
 @needs_v2
-@pytest.mark.xfail(reason=KNOWN_MISSES, strict=False)
 @settings(max_examples=40, deadline=None)
 @given(seed=seeds, language=languages, layout=layouts)
 def test_a_correct_answer_succeeds_in_every_layout_and_language(seed: int, language: str, layout: str) -> None:
@@ -101,7 +91,6 @@ def test_the_corpus_is_adversarial_for_v1() -> None:
 
 
 @needs_v2
-@pytest.mark.xfail(reason=KNOWN_MISSES, strict=True)
 def test_the_quickstart_and_the_examples_are_not_held() -> None:
     clean = [case for case in corpus.quickstart_cases() + corpus.example_cases(ROOT) if case.expected == "SUCCEEDED"]
     held = {
