@@ -23,7 +23,7 @@ import aiohttp.web
 import asyncpg
 import prometheus_client
 
-from lading import metrics
+from lading import metrics, schema
 from lading.db import migrating
 
 READINESS_TIMEOUT_S = 2.0
@@ -47,7 +47,7 @@ async def readiness(dsn: str, *, timeout_s: float = READINESS_TIMEOUT_S) -> Read
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         return Readiness(False, f"database unavailable: {type(exc).__name__}")
     if pending:
-        return Readiness(False, f"migrations pending: {', '.join(f'{v:04d}' for v in pending)}")
+        return Readiness(False, schema.describe(pending))
     return Readiness(True, "ok")
 
 

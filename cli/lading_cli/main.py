@@ -2,7 +2,7 @@
 `lading` subcommands:
 
     run FILE...   apply manifests and run the whole system on this machine until done
-    migrate       apply database migrations (idempotent, safe to run concurrently)
+    migrate       apply database migrations: the one migrator (idempotent, safe to run concurrently)
     worker        run one worker process for one InferencePool
     relay         the outbox relay and the ingress consumer for RabbitMQ, apart from the workers
     jobs          list jobs (filters, paging) or show one with every attempt, result and event

@@ -11,7 +11,8 @@ signing secret, so no tenant may own one of them (docs/security.md).
 
 The cluster is found the standard way: `--kubeconfig`, else the in-cluster service account, else
 `$KUBECONFIG` / `~/.kube/config`. The database comes from `--database-url` or `$DATABASE_URL`; its
-migrations must be applied (`lading migrate`). SIGINT/SIGTERM stop it gracefully.
+migrations are applied by `lading migrate` only: while some are pending it waits (log, /readyz).
+SIGINT/SIGTERM stop it gracefully.
 """
 
 from __future__ import annotations

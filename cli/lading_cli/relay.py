@@ -2,8 +2,9 @@
 `lading relay`: the outbox relay and the ingress consumer as one standalone process.
 
 Workers run both loops themselves when given `--amqp-url`; this command is for running them
-apart from the workers (one small Deployment), or for draining an outbox by hand. Migrates the
-database first (advisory lock, safe with many replicas), then runs until SIGTERM/SIGINT.
+apart from the workers (one small Deployment), or for draining an outbox by hand. Waits until the
+schema is current (only `lading migrate` applies migrations; /readyz and the log say which are
+pending), then runs until SIGTERM/SIGINT.
 
     lading relay --amqp-url amqp://user:pass@rabbit:5672/ --database-url postgresql://...
 
@@ -23,8 +24,7 @@ from collections.abc import Sequence
 
 from lading_worker import broker, relaying
 
-from lading import health, looping
-from lading.db import migrating
+from lading import health, looping, schema
 from lading.db import pool as dbpool
 from lading.settings import BrokerTopology, EventSettings, IngressSettings, RelaySettings
 
@@ -86,11 +86,8 @@ async def _serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    conn = await dbpool.connect(dsn)
-    try:
-        await migrating.migrate(conn)
-    finally:
-        await conn.close()
+    if not await schema.wait_until_current(dsn, stop=stop, what="relay"):
+        return  # stopped while waiting
     config = broker.BrokerConfig(amqp_url=amqp_url, settings=settings, relay=with_relay, ingress=with_ingress)
     db = await dbpool.create_pool(dsn, min_size=1, max_size=config.connections)
     try:

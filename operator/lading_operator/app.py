@@ -19,8 +19,9 @@ kopf settings, and why:
 InferencePools are served only in the platform namespaces of `--pool-namespaces` (pools.py); at
 start, signing-secret mirrors found anywhere else are deleted (mirroring.py).
 
-Startup refuses to run against a database with pending migrations (`lading migrate` first):
-admitting work into an older schema could lose it. /readyz says the same while it runs.
+Startup waits while the database has pending migrations (only `lading migrate` applies them; in
+a cluster the chart's hook Job): admitting work into an older schema could lose it. Meanwhile
+/readyz answers 503 with the pending versions and the log says what to run (`lading.schema`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any
 
 import kopf
 
-from lading import errors, gauges, health
-from lading.db import migrating, observed
+from lading import gauges, health, schema
+from lading.db import observed
 from lading.db import pool as dbpool
 from lading_operator import batches, endpoints, kube, mirroring, pools, quotas, runtime, settings
 
@@ -109,12 +110,7 @@ async def started(config: settings.OperatorSettings) -> AsyncIterator[runtime.Ru
     db = await dbpool.create_pool(config.database_url, min_size=1, max_size=config.db_pool_max)
     try:
         async with db.acquire() as conn:
-            pending = await migrating.pending(conn)
             has_deliveries = await observed.has_table(conn, name="deliveries")
-        if pending:
-            raise errors.MigrationError(
-                f"database migrations pending: {', '.join(f'{v:04d}' for v in pending)}; run `lading migrate` first"
-            )
         async with kube.Client(connection) as api:
             yield runtime.Runtime(settings=config, db=db, api=api, connection=connection, has_deliveries=has_deliveries)
     finally:
@@ -129,10 +125,15 @@ async def operate(
 ) -> None:
     """Run the operator until `stop_flag` is set (an asyncio or threading Event), or forever."""
     async with contextlib.AsyncExitStack() as stack:
-        rt = await stack.enter_async_context(started(config))
-        if config.http is not None:
+        if config.http is not None:  # first: /readyz explains a wait for migrations
             host, port = config.http
             await stack.enter_async_context(health.serving(config.database_url, host=host, port=port))
+        stopping = asyncio.Event()
+        follower = asyncio.create_task(_follow(stop_flag, stopping), name="stop flag")
+        stack.callback(follower.cancel)
+        if not await schema.wait_until_current(config.database_url, stop=stopping, what="operator"):
+            return  # stopped while waiting
+        rt = await stack.enter_async_context(started(config))
         # The operator stands for the gauge election too, so the gauges exist with workers scaled to zero.
         await stack.enter_async_context(gauges.refreshing(config.database_url))
         await kopf.operator(
@@ -145,3 +146,20 @@ async def operate(
             ready_flag=ready_flag,
             memo=kopf.Memo(),
         )
+
+
+async def _follow(flag: asyncio.Event | Any | None, stopping: asyncio.Event) -> None:
+    """Set `stopping` once `flag` is set: an asyncio Event is awaited; a threading Event (an operator
+    run in a thread, as tests do) is looked at every STOP_FLAG_POLL_S; None never stops."""
+    if flag is None:
+        return
+    if isinstance(flag, asyncio.Event):
+        await flag.wait()
+    else:
+        while not flag.is_set():  # noqa: ASYNC110 (a threading.Event cannot wake a coroutine)
+            await asyncio.sleep(STOP_FLAG_POLL_S)
+    stopping.set()
+
+
+STOP_FLAG_POLL_S = 0.1
+"""How often a threading stop flag is looked at while waiting for migrations."""

@@ -191,7 +191,12 @@ def test_operator_deployment(values: pathlib.Path | None) -> None:
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert [init["args"][-1] for init in pod["initContainers"]] == ["migrate"]
+    assert "initContainers" not in pod, "the operator never migrates: the hook Job does"
+    (job,) = [job for job in objects(values, "Job") if job["metadata"]["name"].endswith("-migrate")]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (migrate,) = job["spec"]["template"]["spec"]["containers"]
+    assert migrate["args"][-1] == "migrate" and migrate["image"] == container["image"]
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     tag = "0.1.0-rc1" if values else yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     assert container["image"] == f"ghcr.io/lading-dev/lading:{tag}"
     services = {service["metadata"]["name"]: service for service in objects(values, "Service")}
@@ -210,8 +215,17 @@ def test_non_default_parts() -> None:
     relay = _deployment(NON_DEFAULT, "relay")["spec"]["template"]["spec"]["containers"][0]
     assert relay["args"][2:] == ["relay", "--http", "0.0.0.0:8080"]
     assert relay["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    secrets = list(objects(NON_DEFAULT, "Secret"))
+    hooks = [s for s in objects(NON_DEFAULT, "Secret") if "helm.sh/hook" in s["metadata"].get("annotations", {})]
+    secrets = [s for s in objects(NON_DEFAULT, "Secret") if s not in hooks]
     assert sorted(secret["metadata"]["namespace"] for secret in secrets) == ["acme", "lading-system"]
+    # The release's Secret does not exist yet when the pre-install migration Job runs: it has its own.
+    (hook_secret,) = hooks
+    assert hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"] == "-10"
+    assert hook_secret["stringData"] == {"url": "postgresql://lading:pw@pg:5432/lading"}
+    (job,) = objects(NON_DEFAULT, "Job")
+    (migrate,) = job["spec"]["template"]["spec"]["containers"]
+    env = {variable["name"]: variable for variable in migrate["env"]}
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == hook_secret["metadata"]["name"]
     (dashboard,) = objects(NON_DEFAULT, "ConfigMap")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["namespace"] == "monitoring"
