@@ -69,7 +69,7 @@ from lading.db import pool as dbpool  # noqa: E402
 from lading.ids import PoolName, TenantName  # noqa: E402
 from lading.jobs import hashing  # noqa: E402
 from lading.providers import base  # noqa: E402
-from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings  # noqa: E402
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings  # noqa: E402
 
 sys.path.insert(0, str(_ROOT / "hack"))
 import bench_delivery  # noqa: E402
@@ -435,7 +435,7 @@ async def run_worker(
         db: asyncpg.Pool,
         conn: asyncpg.Connection,
         *,
-        settings: WorkerSettings,
+        settings: WorkerProcessSettings,
         provider: base.Provider,
         jobs: int,
 ) -> WorkerRun:
@@ -487,8 +487,10 @@ async def run_worker(
     )
 
 
-def worker_settings(*, concurrency: int, claim_batch: int, commit_batch: int, prefetch: int = 0) -> WorkerSettings:
-    return WorkerSettings(
+def worker_settings(
+        *, concurrency: int, claim_batch: int, commit_batch: int, prefetch: int = 0
+) -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=POOL,
         claimer=ClaimerSettings(
             concurrency=concurrency, batch_size=claim_batch, commit_batch_size=commit_batch, prefetch=prefetch

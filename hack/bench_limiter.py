@@ -35,7 +35,7 @@ from lading import accepting
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.ids import PoolName, TenantName
-from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 
 STUB = pathlib.Path(__file__).resolve().parent / "stub_model.py"
 TENANT = TenantName("bench")
@@ -98,7 +98,7 @@ async def _prepare(conn: asyncpg.Connection, *, url: str, rpm: int, tpm: int, co
 async def workers(url: str) -> AsyncIterator[None]:
     from lading_worker import running
 
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=POOL,
         claimer=ClaimerSettings(concurrency=CONCURRENCY, batch_size=50, poll_interval_s=0.1),
         lease=LeaseSettings(),

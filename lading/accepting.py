@@ -16,7 +16,7 @@ Concurrent acceptances of the same batch are decided by the unique index on
 10,000-document batch is a few round trips, not 10,000.
 
 A large batch gives its documents by manifest (`BatchRequest.manifest`, a manifest already
-read and validated into a local spool by `lading.documents.manifests.spool`, outside any
+read and validated into a local spool by `lading.documents.manifest_lines.spool`, outside any
 transaction). Its acceptance is the same one transaction: the spool is COPYed into a
 transaction-local staging table, checked as a whole (unique keys), hashed in key order, and
 moved into extraction_jobs and job_documents (URI, SHA-256, size; never the text) with one
@@ -41,7 +41,7 @@ import asyncpg
 
 from lading import errors, failpoints, storable
 from lading.db import batches, fairness, job_documents, jobs, locks, outbox
-from lading.documents import manifests
+from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
 
@@ -82,7 +82,7 @@ class BatchRequest:
     endpoint: str | None = None
     suspended: bool = False
     max_attempts: int = 5
-    manifest: manifests.Spooled | None = None
+    manifest: manifest_lines.Spooled | None = None
     """A validated manifest on local disk (large batches), instead of inline `documents`."""
 
     @property
@@ -194,7 +194,7 @@ async def _accept(
 async def _accept_manifest(
         conn: asyncpg.Connection,
         request: BatchRequest,
-        manifest: manifests.Spooled,
+        manifest: manifest_lines.Spooled,
         *,
         lock_timeout_s: float,
 ) -> AcceptResult:
@@ -207,7 +207,7 @@ async def _accept_manifest(
             await job_documents.stage_manifest(conn, manifest)
             duplicate = await job_documents.staged_duplicate_key(conn)
             if duplicate is not None:
-                raise manifests.ManifestInvalid(
+                raise manifest_lines.ManifestInvalid(
                     f"manifest line {duplicate.line}: key: {duplicate.key!r} is already listed on line "
                     f"{duplicate.first_line}; keys must be unique in a manifest",
                     line=duplicate.line,

@@ -25,13 +25,13 @@ holds nothing anyone else needs (`admit_batch_via_pool`):
 
     1. the rules, from the database (short): refused here, nothing is downloaded; a queue
        with no room at all is refused too (the manifest's size is not known yet)
-    2. read and validate the manifest into a local spool (`lading.documents.manifests.spool`),
+    2. read and validate the manifest into a local spool (`lading.documents.manifest_lines.spool`),
        holding no database connection and no lock; callers bound how many run at once
     3. the rules again, now with the manifest's documents and bytes, and acceptance: one short
        transaction that bulk-loads the spool
 
 An invalid manifest is `InvalidManifest` (reason `InvalidManifest`: nothing admitted, fix the
-manifest); one that cannot be read now is `lading.documents.manifests.ManifestUnavailable` (a
+manifest); one that cannot be read now is `lading.documents.manifest_lines.ManifestUnavailable` (a
 TemporaryError, reason `ManifestUnavailable`: retry admission unchanged).
 """
 
@@ -46,7 +46,7 @@ import asyncpg
 
 from lading import accepting, errors, metrics, tracing
 from lading.db import registry
-from lading.documents import manifests as document_manifests
+from lading.documents import manifest_lines
 from lading.ids import PoolName, TenantName
 from lading.models import manifests, specs
 from lading.settings import DocumentSettings
@@ -65,7 +65,7 @@ class InvalidManifest(AdmissionRejected):
     nothing was admitted. The message names the line and the field."""
 
     def __init__(self, *, message: str, line: int | None = None) -> None:
-        super().__init__(reason=document_manifests.ManifestInvalid.reason, message=message)
+        super().__init__(reason=manifest_lines.ManifestInvalid.reason, message=message)
         self.line = line
 
 
@@ -140,7 +140,7 @@ async def spool_manifest(
         batch: specs.ExtractionBatch,
         *,
         documents: DocumentSettings,
-) -> AsyncIterator[document_manifests.Spooled]:
+) -> AsyncIterator[manifest_lines.Spooled]:
     """Read and validate the batch's manifest into a local spool, for `admit_batch(manifest=...)`.
 
     Call it outside any transaction (an http(s) manifest is read over the network). Raises
@@ -151,12 +151,12 @@ async def spool_manifest(
         raise ValueError(f"{where} is not set")
     try:
         namespace = batch.metadata.namespace or "default"  # trusted: the resource's, never the manifest's
-        async with document_manifests.spool(uri, settings=documents, namespace=namespace) as spooled:
+        async with manifest_lines.spool(uri, settings=documents, namespace=namespace) as spooled:
             yield spooled
-    except document_manifests.ManifestInvalid as exc:
+    except manifest_lines.ManifestInvalid as exc:
         raise InvalidManifest(message=f"{where}: {exc}", line=exc.line) from None
-    except document_manifests.ManifestUnavailable as exc:
-        raise document_manifests.ManifestUnavailable(f"{where}: {exc}") from None
+    except manifest_lines.ManifestUnavailable as exc:
+        raise manifest_lines.ManifestUnavailable(f"{where}: {exc}") from None
 
 
 async def check_batch(
@@ -268,7 +268,7 @@ async def read_manifest_for_admission(
         *,
         documents: DocumentSettings,
         downloads: asyncio.Semaphore | None = None,
-) -> AsyncIterator[document_manifests.Spooled]:
+) -> AsyncIterator[manifest_lines.Spooled]:
     """Steps 1 and 2 of a manifest batch's admission: the rules (a short use of one connection of
     `db`), then the manifest read into a spool holding no connection, one of `downloads` permits
     held while it is read. Raises AdmissionRejected before anything is downloaded, InvalidManifest,
@@ -303,7 +303,7 @@ async def admit_batch(
         conn: asyncpg.Connection,
         batch: specs.ExtractionBatch,
         *,
-        manifest: document_manifests.Spooled | None = None,
+        manifest: manifest_lines.Spooled | None = None,
         documents: DocumentSettings | None = None,
 ) -> AppliedBatch:
     """Resolve the tenant, check every rule of its quota (`check_batch`), accept. Idempotent like
@@ -325,7 +325,7 @@ async def _admit_batch(
         conn: asyncpg.Connection,
         batch: specs.ExtractionBatch,
         *,
-        manifest: document_manifests.Spooled | None,
+        manifest: manifest_lines.Spooled | None,
         documents: DocumentSettings | None,
 ) -> AppliedBatch:
     namespace = batch.metadata.namespace or "default"
@@ -363,7 +363,7 @@ async def _admit_batch(
     )
     try:
         result = await accepting.accept_batch(conn, request)
-    except document_manifests.ManifestInvalid as exc:  # rules over the whole manifest (unique keys)
+    except manifest_lines.ManifestInvalid as exc:  # rules over the whole manifest (unique keys)
         raise InvalidManifest(
             message=f"ExtractionBatch {namespace}/{batch.metadata.name}: spec.manifestUri: {exc}", line=exc.line
         ) from None

@@ -4,7 +4,7 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
     LadingError
     ├── TemporaryError              retry later: the work is fine, the world is not
     │   ├── AcceptanceInProgress    the same acceptance is being committed by someone else (HTTP 409)
-    │   ├── documents.manifests.ManifestUnavailable   a batch's manifest cannot be read now
+    │   ├── documents.manifest_lines.ManifestUnavailable   a batch's manifest cannot be read now
     │   └── documents.fetching.DocumentUnavailable    a document cannot be read now (transient)
     └── PermanentError              never retry as is
         ├── ManifestError           a YAML manifest is invalid; names the file, document and field
@@ -14,7 +14,7 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── UnknownPolicy           a validation policy name this code does not know
         ├── applying.AdmissionRejected   a batch was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
         │   └── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
-        ├── documents.manifests.ManifestInvalid   a manifest line is invalid (names the line and field)
+        ├── documents.manifest_lines.ManifestInvalid   a manifest line is invalid (names the line and field)
         ├── documents.fetching.DocumentNotFound, DocumentRefused, DigestMismatch, DocumentNotText
         └── reviewing.JobNotFound, NotAwaitingReview, ReviewInputInvalid (CorrectionInvalid)
 

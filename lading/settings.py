@@ -88,7 +88,10 @@ class DocumentSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkerSettings:
+class WorkerProcessSettings:
+    """Everything one worker process runs with (`lading worker` flags). Not the InferencePool's
+    `spec.workers` (`lading.models.specs.WorkerSettings`: replicas and scaling of the Deployment)."""
+
     pool: str
     """The InferencePool (`namespace/name`) whose jobs this worker claims."""
     lease: LeaseSettings = dataclasses.field(default_factory=LeaseSettings)

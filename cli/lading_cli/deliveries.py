@@ -8,7 +8,7 @@
 
 The UNKNOWN_EXTERNAL runbook (docs/delivery.md): `list --state UNKNOWN_EXTERNAL`, look each
 delivery id up in the ERP (it is the `webhook-id` every attempt carried), then `resolve` what
-the ERP has and `redeliver` what it has not. The rules live in `lading.delivery.reconciling`;
+the ERP has and `redeliver` what it has not. The rules live in `lading.delivery.resolving`;
 this module parses arguments and prints. Nothing here shows a secret: there is none in the
 database.
 
@@ -27,7 +27,7 @@ import asyncpg
 import rich.table
 
 from lading.db import deliveries
-from lading.delivery import reconciling
+from lading.delivery import resolving
 from lading.delivery.states import DeliveryState
 from lading.ids import DeliveryId
 from lading_cli import common
@@ -138,11 +138,11 @@ def show(args: argparse.Namespace) -> int:
 
 
 def redeliver(args: argparse.Namespace) -> int:
-    return _act(args, "redeliver", reconciling.redeliver)
+    return _act(args, "redeliver", resolving.redeliver)
 
 
 def resolve(args: argparse.Namespace) -> int:
-    return _act(args, "resolve", reconciling.resolve)
+    return _act(args, "resolve", resolving.resolve)
 
 
 def _act(args: argparse.Namespace, command: str, action: Any) -> int:
@@ -151,8 +151,8 @@ def _act(args: argparse.Namespace, command: str, action: Any) -> int:
     if len(args.delivery_ids) > IDS_MAX:
         return _usage(command, f"at most {IDS_MAX} delivery ids at once")
     try:
-        reconciling.sign_off(operator=args.operator, reason=args.reason)  # refused before connecting
-    except reconciling.SignOffInvalid as exc:
+        resolving.sign_off(operator=args.operator, reason=args.reason)  # refused before connecting
+    except resolving.SignOffInvalid as exc:
         return _usage(command, str(exc))
 
     async def run(conn: asyncpg.Connection) -> tuple[list[str], list[str]]:
@@ -162,7 +162,7 @@ def _act(args: argparse.Namespace, command: str, action: Any) -> int:
             try:
                 await action(conn, delivery_id=delivery_id, operator=args.operator, reason=args.reason)
                 done.append(str(delivery_id))
-            except (reconciling.DeliveryNotFound, reconciling.NotReconcilable) as exc:
+            except (resolving.DeliveryNotFound, resolving.NotReconcilable) as exc:
                 refused.append(str(exc))
         return done, refused
 

@@ -48,10 +48,10 @@ from lading_worker import running
 from lading import applying, errors
 from lading.db import batches, deliveries, embedded, migrating
 from lading.db import pool as dbpool
-from lading.documents import manifests as document_manifests
+from lading.documents import manifest_lines
 from lading.jobs.states import JobState
 from lading.models import manifests
-from lading.settings import ClaimerSettings, DocumentSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, DocumentSettings, ReaperSettings, WorkerProcessSettings
 from lading_cli import local_delivery, progress
 
 POLL_S = 0.25
@@ -121,7 +121,7 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
         documents = _document_settings(loaded, args)
         try:
             applied = await applying.apply_manifests(conn, loaded, documents=documents)
-        except (applying.AdmissionRejected, errors.IdempotencyConflict, document_manifests.ManifestUnavailable) as exc:
+        except (applying.AdmissionRejected, errors.IdempotencyConflict, manifest_lines.ManifestUnavailable) as exc:
             print(f"lading run: not applied (nothing was changed): {exc}", file=sys.stderr)
             return EXIT_INVALID
     finally:
@@ -185,7 +185,7 @@ async def _run(dsn: str, kind: str, loaded: manifests.Manifests, args: argparse.
 
 def _worker_settings(
         loaded: manifests.Manifests, applied: Sequence[applying.AppliedBatch], args: argparse.Namespace
-) -> list[WorkerSettings]:
+) -> list[WorkerProcessSettings]:
     specs_by_pool = {
         applying.pool_key(p.resource.metadata.namespace or "default", p.resource.metadata.name): p.resource.spec
         for p in loaded.inference_pools
@@ -195,7 +195,7 @@ def _worker_settings(
         concurrency = args.concurrency or specs_by_pool[pool].workers.concurrency
         for _ in range(args.workers):
             result.append(
-                WorkerSettings(
+                WorkerProcessSettings(
                     pool=pool,
                     claimer=ClaimerSettings(concurrency=concurrency, poll_interval_s=0.2),
                     reaper=ReaperSettings(interval_s=1.0),

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 
 from lading.db import queries
-from lading.documents import manifests
+from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId
 
 PAIRS_PREFETCH = 2_000
@@ -48,7 +48,7 @@ async def copy_texts(conn: asyncpg.Connection, documents: Sequence[tuple[JobId, 
     )
 
 
-async def stage_manifest(conn: asyncpg.Connection, spooled: manifests.Spooled) -> None:
+async def stage_manifest(conn: asyncpg.Connection, spooled: manifest_lines.Spooled) -> None:
     """COPY a spooled manifest into this transaction's `manifest_lines` (emptied first)."""
     await conn.execute(queries.sql("manifest_lines_create"))
     await conn.execute(queries.sql("manifest_lines_truncate"))

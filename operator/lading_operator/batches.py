@@ -59,8 +59,7 @@ import pydantic
 
 from lading import accepting, applying, errors
 from lading.db import batches, fairness, jobs, observed, registry
-from lading.documents import fetching
-from lading.documents import manifests as document_manifests
+from lading.documents import fetching, manifest_lines
 from lading.ids import TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
@@ -229,7 +228,7 @@ class Reconciler:
         batch: specs.ExtractionBatch,
         tenant: TenantName | None,
         *,
-        manifest: document_manifests.Spooled | None,
+        manifest: manifest_lines.Spooled | None,
         jobs: int,
     ) -> applying.AppliedBatch:
         """The core's admission (every rule, then acceptance); concurrent with other admissions of the tenant

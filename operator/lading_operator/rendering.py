@@ -66,7 +66,7 @@ WORKER_COMMAND_DEFAULT: tuple[str, ...] = ("lading", "worker")
 WORKER_IMAGE_DEFAULT = "ghcr.io/lading-dev/lading:0.1.0"
 """Pinned like the vLLM image: a new image is a deliberate rollout."""
 WORKER_GRACE_S_DEFAULT = 20
-"""The worker's own drain period (`--grace`, lading.settings.WorkerSettings.shutdown_grace_s)."""
+"""The worker's own drain period (`--grace`, lading.settings.WorkerProcessSettings.shutdown_grace_s)."""
 WORKER_TERMINATION_EXTRA_S = 10
 """Kubernetes' grace period is the worker's drain plus this, so SIGKILL never cuts a drain short."""
 VLLM_STARTUP_BUDGET_S = 1800

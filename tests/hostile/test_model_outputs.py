@@ -33,7 +33,7 @@ from lading.db import registry
 from lading.ids import PoolName
 from lading.providers import builtin
 from lading.samples import generator
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.hostile import strategies, tally
 from tests.support import factories, model_stub, waiting
 
@@ -47,8 +47,8 @@ LIMITS = {"requestsPerMinute": 1_000_000, "tokensPerMinute": 1_000_000_000, "max
 the examples by the minute, and what is tested here is the answers, not the limiter."""
 
 
-def _settings() -> WorkerSettings:
-    return WorkerSettings(
+def _settings() -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=factories.POOL,
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.2),
         claimer=ClaimerSettings(concurrency=20, batch_size=20, poll_interval_s=0.05),

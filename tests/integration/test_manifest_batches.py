@@ -16,7 +16,7 @@ import pytest
 from lading_worker import running
 
 from lading import accepting, applying, errors, metrics
-from lading.documents import manifests
+from lading.documents import manifest_lines
 from lading.jobs import hashing
 from lading.models import specs
 from lading.samples import generator
@@ -26,7 +26,7 @@ from lading.settings import (
     DocumentSettings,
     LeaseSettings,
     ReaperSettings,
-    WorkerSettings,
+    WorkerProcessSettings,
 )
 from tests.support import factories, fileserver, waiting
 
@@ -222,7 +222,7 @@ async def test_an_http_manifest_is_admitted_and_an_unreachable_one_is_temporary(
     async with fileserver.running() as server:
         server.files["/batches/m.jsonl"] = (tmp_path / "acme" / "m.jsonl").read_bytes()
         server.failures["/batches/m.jsonl"].append(503)
-        with pytest.raises(manifests.ManifestUnavailable, match="HTTP 503") as caught:
+        with pytest.raises(manifest_lines.ManifestUnavailable, match="HTTP 503") as caught:
             await applying.admit_batch(db, batch(server.url("/batches/m.jsonl")), documents=LOOPBACK)
         assert isinstance(caught.value, errors.TemporaryError) and caught.value.reason == "ManifestUnavailable"
         assert await counts(db) == (0, 0, 0, 0)
@@ -247,7 +247,7 @@ async def test_an_http_manifest_is_admitted_and_an_unreachable_one_is_temporary(
             await applying.admit_batch(db, batch(server.url("/batches/m.jsonl"), name="ssrf", uid="uid-s"))
         assert sum(server.requests.values()) == requests
     port = fileserver.unused_port()
-    with pytest.raises(manifests.ManifestUnavailable, match="ClientConnectorError"):
+    with pytest.raises(manifest_lines.ManifestUnavailable, match="ClientConnectorError"):
         await applying.admit_batch(
             db, batch(f"http://127.0.0.1:{port}/m.jsonl", name="gone", uid="uid-gone"), documents=LOOPBACK
         )
@@ -272,8 +272,8 @@ async def test_a_file_manifest_outside_the_document_roots_is_refused(
 # --- Workers
 
 
-def worker_settings(*roots: pathlib.Path, egress_allow: tuple[str, ...] = ()) -> WorkerSettings:
-    return WorkerSettings(
+def worker_settings(*roots: pathlib.Path, egress_allow: tuple[str, ...] = ()) -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=factories.POOL,
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.05),
         claimer=ClaimerSettings(concurrency=8, batch_size=8, poll_interval_s=0.05),
@@ -467,7 +467,7 @@ async def test_an_unreachable_document_host_exhausts_its_retries(
 
 def test_accept_batch_refuses_inline_documents_and_a_manifest_together(tmp_path: pathlib.Path) -> None:
     request = factories.batch_request(count=1)
-    spooled = manifests.Spooled(uri="file:///m", path=tmp_path / "m.csv", documents=1, total_bytes=1)
+    spooled = manifest_lines.Spooled(uri="file:///m", path=tmp_path / "m.csv", documents=1, total_bytes=1)
     both = accepting.BatchRequest(**{**request.__dict__, "manifest": spooled})
     assert both.document_count == 1
 

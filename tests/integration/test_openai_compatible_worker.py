@@ -15,7 +15,7 @@ from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
 from lading.samples import generator
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, model_stub, waiting
 
 
@@ -35,7 +35,7 @@ async def test_jobs_run_through_an_openai_compatible_endpoint_with_the_pool_key(
         request = factories.batch_request(count=0)
         documents = [accepting.DocumentInput(key=s.key, text=s.text) for s in samples]
         await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
-        settings = WorkerSettings(
+        settings = WorkerProcessSettings(
             pool=factories.POOL,
             lease=LeaseSettings(ttl_s=30, heartbeat_interval_s=1),
             claimer=ClaimerSettings(concurrency=8, poll_interval_s=0.05),
@@ -69,7 +69,7 @@ async def _run_one(db: asyncpg.Connection, dbpool: asyncpg.Pool, stub: model_stu
         spec={"endpoint": {"url": stub.url}},
     )  # fmt: skip
     await accepting.accept_batch(db, factories.batch_request(count=1, max_attempts=5))
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=factories.POOL,
         claimer=ClaimerSettings(concurrency=2, poll_interval_s=0.05),
         reaper=ReaperSettings(interval_s=0.5),
@@ -122,7 +122,7 @@ async def test_a_refused_key_pauses_the_pool_without_spending_the_jobs_attempts(
         request = factories.batch_request(count=0, max_attempts=1)
         documents = [accepting.DocumentInput(key=s.key, text=s.text) for s in samples]
         await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
-        settings = WorkerSettings(
+        settings = WorkerProcessSettings(
             pool=factories.POOL,
             claimer=ClaimerSettings(concurrency=1, batch_size=1, poll_interval_s=0.05),
             reaper=ReaperSettings(interval_s=0.5),
@@ -184,7 +184,7 @@ async def test_rate_limited_and_overloaded_attempts_are_given_back_not_counted(
         request = factories.batch_request(count=0, max_attempts=2)
         documents = [accepting.DocumentInput(key=sample.key, text=sample.text)]
         await accepting.accept_batch(db, accepting.BatchRequest(**{**request.__dict__, "documents": documents}))
-        settings = WorkerSettings(
+        settings = WorkerProcessSettings(
             pool=factories.POOL,
             claimer=ClaimerSettings(concurrency=2, poll_interval_s=0.05),
             reaper=ReaperSettings(interval_s=0.5),

@@ -25,14 +25,14 @@ from lading.db import registry
 from lading.ids import PoolName
 from lading.providers import base, builtin
 from lading.samples import generator
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, model_stub, providers, waiting
 
 SAMPLES = [s for s in generator.generate(80, seed=29) if s.expected_state == "SUCCEEDED"]
 
 
-def _settings() -> WorkerSettings:
-    return WorkerSettings(
+def _settings() -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=factories.POOL,
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.1),
         claimer=ClaimerSettings(concurrency=20, batch_size=20, poll_interval_s=0.05),

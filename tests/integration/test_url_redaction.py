@@ -21,7 +21,7 @@ from lading_worker import running
 
 from lading import applying, metrics
 from lading.db import observed
-from lading.documents import manifests
+from lading.documents import manifest_lines
 from lading.ids import BatchId
 from tests.integration import test_manifest_batches as manifest_batches
 from tests.support import factories, fileserver, waiting
@@ -69,7 +69,7 @@ async def test_failing_presigned_urls_leave_no_secret_anywhere(
             f"http://127.0.0.1:{gone}/m.jsonl{QUERY}",
             f"http://127.0.0.1:{garbled}/m.jsonl{QUERY}",
         ):
-            with pytest.raises(manifests.ManifestUnavailable) as unavailable:
+            with pytest.raises(manifest_lines.ManifestUnavailable) as unavailable:
                 await applying.admit_batch(db, manifest_batches.batch(uri), documents=manifest_batches.LOOPBACK)
             seen.append(str(unavailable.value))
         server.files["/creds.jsonl"] = manifest_batches.manifest_line(

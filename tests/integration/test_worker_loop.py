@@ -12,13 +12,13 @@ from lading import accepting
 from lading.db import jobs
 from lading.ids import WorkerId
 from lading.providers import base
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, providers, waiting
 
 TERMINAL_OUTCOME = base.Outcome.failed(base.OutcomeClass.TERMINAL, error_class="UNREADABLE_DOCUMENT", error="x")
 
 
-def _settings(**overrides: object) -> WorkerSettings:
+def _settings(**overrides: object) -> WorkerProcessSettings:
     defaults: dict[str, object] = {
         "pool": factories.POOL,
         "lease": LeaseSettings(ttl_s=10, heartbeat_interval_s=0.05),
@@ -28,7 +28,7 @@ def _settings(**overrides: object) -> WorkerSettings:
         "shutdown_grace_s": 5.0,
     }
     defaults.update(overrides)
-    return WorkerSettings(**defaults)  # type: ignore[arg-type]
+    return WorkerProcessSettings(**defaults)  # type: ignore[arg-type]
 
 
 async def _states(db: asyncpg.Connection) -> dict[str, int]:

@@ -7,5 +7,5 @@ The worker: claims jobs of one InferencePool and runs them, safely in many repli
     committing.py    Committer: group commit of many finished attempts in one statement
     heartbeating.py  Heartbeater: extends owned leases; cancels attempts whose lease is gone
     reaping.py       Reaper: rescues expired leases, fails jobs past their deadline
-    inflight.py      the registry of attempts running in this process
+    inflight.py      InFlight: the attempts running in this process (not lading.db.registry)
 """

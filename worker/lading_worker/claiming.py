@@ -42,7 +42,7 @@ class Claimer:
     def __init__(
             self,
             db: asyncpg.Pool,
-            registry: inflight.InFlight,
+            in_flight: inflight.InFlight,
             *,
             pool: PoolName,
             worker_id: WorkerId,
@@ -52,7 +52,7 @@ class Claimer:
             lease: LeaseSettings,
     ) -> None:
         self._db = db
-        self._registry = registry
+        self._in_flight = in_flight
         self._pool = pool
         self._worker_id = worker_id
         self._executor = executor
@@ -70,7 +70,7 @@ class Claimer:
     @property
     def _capacity(self) -> int:
         """How many more jobs may be claimed now: free slots plus the prefetch allowance."""
-        held = self._registry.running + self._registry.queued
+        held = self._in_flight.running + self._in_flight.queued
         return self._settings.concurrency + self._settings.prefetch - held
 
     async def run_once(self) -> ClaimResult:
@@ -88,7 +88,7 @@ class Claimer:
         now = inflight.InFlight.now()
         for job in claimed:
             attempt = inflight.Attempt(job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s)
-            self._registry.add(attempt)
+            self._in_flight.add(attempt)
             self._queue.append(attempt)
         self.start_queued()
         if claimed:
@@ -97,17 +97,17 @@ class Claimer:
 
     def start_queued(self) -> None:
         """Start queued jobs while slots are free (skipping any whose lease was lost meanwhile)."""
-        while self._queue and self._registry.running < self._settings.concurrency:
+        while self._queue and self._in_flight.running < self._settings.concurrency:
             attempt = self._queue.popleft()
-            if not self._registry.owns(attempt):
+            if not self._in_flight.owns(attempt):
                 continue
-            self._registry.move(attempt, inflight.Phase.RUNNING)
+            self._in_flight.move(attempt, inflight.Phase.RUNNING)
             name = f"attempt {attempt.job.id}/{attempt.job.fence}"
             attempt.task = asyncio.create_task(self._attempt(attempt), name=name)
-        self._in_flight_metric.set(self._registry.running)
+        self._in_flight_metric.set(self._in_flight.running)
 
     def _model_done(self, attempt: inflight.Attempt) -> None:
-        self._registry.move(attempt, inflight.Phase.COMMITTING)
+        self._in_flight.move(attempt, inflight.Phase.COMMITTING)
         self.start_queued()
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
@@ -140,12 +140,12 @@ class Claimer:
             # The lease expires and the reaper reschedules the job; never crash the worker.
             logger.exception("Attempt %s/%s crashed; leaving it to lease expiry", attempt.job.id, attempt.job.fence)
         finally:
-            self._registry.remove(attempt.job.id)
+            self._in_flight.remove(attempt.job.id)
             self.start_queued()
 
     async def release_queued(self) -> int:
         """Give back jobs claimed ahead that never started (at shutdown)."""
-        queued = [a for a in self._queue if self._registry.owns(a) and a.phase is inflight.Phase.QUEUED]
+        queued = [a for a in self._queue if self._in_flight.owns(a) and a.phase is inflight.Phase.QUEUED]
         self._queue.clear()
         if not queued:
             return 0
@@ -158,7 +158,7 @@ class Claimer:
             logger.warning("Could not release %d unstarted jobs; their leases will expire: %s", len(queued), exc)
             released = set()
         for attempt in queued:
-            self._registry.remove(attempt.job.id)
+            self._in_flight.remove(attempt.job.id)
         return len(released)
 
     def notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
@@ -170,8 +170,8 @@ class Claimer:
         try:
             while not stop.is_set():
                 if self._capacity <= 0:
-                    self._registry.changed.clear()
-                    await looping.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._registry.changed)
+                    self._in_flight.changed.clear()
+                    await looping.wait_or_stop(stop, self._settings.poll_interval_s, wake=self._in_flight.changed)
                     continue
                 self.work_available.clear()
                 try:

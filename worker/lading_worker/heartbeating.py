@@ -38,7 +38,7 @@ class Heartbeater:
     def __init__(
             self,
             db: asyncpg.Pool,
-            registry: inflight.InFlight,
+            in_flight: inflight.InFlight,
             *,
             pool: PoolName,
             worker_id: WorkerId,
@@ -46,12 +46,12 @@ class Heartbeater:
     ) -> None:
         self._db = db
         self._worker_id = worker_id
-        self._registry = registry
+        self._in_flight = in_flight
         self._pool = pool
         self._settings = settings
 
     async def run_once(self) -> HeartbeatResult:
-        attempts = self._registry.all()
+        attempts = self._in_flight.all()
         if not attempts:
             return HeartbeatResult()
         sent_mono = inflight.InFlight.now()
@@ -76,11 +76,11 @@ class Heartbeater:
     def abandon_expired(self) -> int:
         """Cancel running attempts whose lease, as far as we know, is about to end."""
         now = inflight.InFlight.now()
-        return sum(self._lose(a) for a in self._registry.all() if a.lease_deadline_mono - SAFETY_MARGIN_S <= now)
+        return sum(self._lose(a) for a in self._in_flight.all() if a.lease_deadline_mono - SAFETY_MARGIN_S <= now)
 
     def _lose(self, attempt: inflight.Attempt) -> bool:
         if attempt.phase is inflight.Phase.QUEUED:
-            self._registry.remove(attempt.job.id)  # never started: just forget it
+            self._in_flight.remove(attempt.job.id)  # never started: just forget it
         elif attempt.phase is inflight.Phase.RUNNING and attempt.task is not None and not attempt.task.done():
             attempt.task.cancel()
         else:

@@ -1,8 +1,9 @@
 """
 The worker process: `python -m lading_worker` or `lading worker`.
 
-Migrates the database (safe with many replicas: advisory lock), then runs one Worker
-for one pool until SIGTERM/SIGINT, draining in-flight attempts within the grace period.
+Waits until the database's schema is current (only `lading migrate` applies migrations; until
+then /readyz says which are pending and the log says what to run), then runs one Worker for one
+pool until SIGTERM/SIGINT, draining in-flight attempts within the grace period.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from lading import health, logs
-from lading.db import migrating
-from lading.db import pool as dbpool
+from lading import health, logs, schema
 from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
@@ -29,7 +28,7 @@ from lading.settings import (
     EventSettings,
     LeaseSettings,
     ReaperSettings,
-    WorkerSettings,
+    WorkerProcessSettings,
 )
 from lading_worker import broker, dispatching, running
 
@@ -56,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reaper-interval", type=float, default=ReaperSettings.interval_s)
     parser.add_argument("--attempt-timeout", type=float, default=AttemptSettings.timeout_s)
     parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
-    parser.add_argument("--grace", type=float, default=WorkerSettings.shutdown_grace_s)
+    parser.add_argument("--grace", type=float, default=WorkerProcessSettings.shutdown_grace_s)
     parser.add_argument(
         "--document-root",
         dest="document_roots",
@@ -101,8 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from(args: argparse.Namespace) -> WorkerSettings:
-    return WorkerSettings(
+def settings_from(args: argparse.Namespace) -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=args.pool,
         lease=LeaseSettings(ttl_s=args.lease_ttl, heartbeat_interval_s=args.heartbeat_interval),
         claimer=ClaimerSettings(
@@ -159,7 +158,7 @@ def events_from(args: argparse.Namespace) -> broker.BrokerConfig | None:
 
 async def serve(
         dsn: str,
-        settings: WorkerSettings,
+        settings: WorkerProcessSettings,
         *,
         http: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
@@ -173,11 +172,8 @@ async def serve(
         if http is not None:
             host, port = health.parse_listen(http)
             await stack.enter_async_context(health.serving(dsn, host=host, port=port))
-        conn = await dbpool.connect(dsn)
-        try:
-            await migrating.migrate(conn)
-        finally:
-            await conn.close()
+        if not await schema.wait_until_current(dsn, stop=stop, what="worker"):
+            return  # stopped while waiting
         await running.run_worker(
             dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None,
             provider_url=os.environ.get(PROVIDER_URL_ENV) or None, delivery=delivery, events=events,

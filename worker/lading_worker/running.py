@@ -36,7 +36,7 @@ from lading.db import registry
 from lading.documents import fetching
 from lading.ids import PoolName, WorkerId
 from lading.providers import base, factory
-from lading.settings import WorkerSettings
+from lading.settings import WorkerProcessSettings
 from lading_worker import broker, claiming, committing, dispatching, executing, heartbeating, inflight, reaping
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Worker:
             self,
             db: asyncpg.Pool,
             *,
-            settings: WorkerSettings,
+            settings: WorkerProcessSettings,
             provider: base.Provider | None = None,
             api_key: str | None = None,
             worker_id: WorkerId | None = None,
@@ -181,7 +181,7 @@ class Worker:
 
 async def run_worker(
         dsn: str,
-        settings: WorkerSettings,
+        settings: WorkerProcessSettings,
         stop: asyncio.Event,
         *,
         api_key: str | None = None,

@@ -9,7 +9,7 @@ import asyncpg
 from lading_worker import broker, running
 
 from lading import accepting
-from lading.settings import ClaimerSettings, EventSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, EventSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, waiting
 
 
@@ -28,7 +28,7 @@ async def test_a_worker_with_a_broker_relays_its_events_into_the_inbox(
 ) -> None:
     await factories.seed(db)
     await accepting.accept_batch(db, factories.batch_request(count=5))
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=factories.POOL,
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.1),
         claimer=ClaimerSettings(poll_interval_s=0.05),

@@ -7,7 +7,7 @@ from lading_worker import running
 from lading import accepting, gauges, metrics
 from lading.db import registry
 from lading.ids import TenantName
-from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, waiting
 
 TENANTS = [f"tenant-{i}" for i in range(5)]
@@ -27,7 +27,7 @@ async def test_a_thousand_jobs_across_five_tenants_make_few_series(
         accepted = await accepting.accept_batch(db, request)
         ids.update(str(i) for i in accepted.job_ids)
         keys.update(d.key for d in request.documents)
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=factories.POOL,
         claimer=ClaimerSettings(concurrency=64, batch_size=64, poll_interval_s=0.05),
         lease=LeaseSettings(),

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lading import accepting, tracing
-from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, waiting
 
 _EXPORTER = InMemorySpanExporter()
@@ -49,7 +49,7 @@ async def test_attempts_of_a_batch_share_its_trace(
 ) -> None:
     await factories.seed(db)
     accepted = await accepting.accept_batch(db, factories.batch_request(count=3))
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=factories.POOL,
         claimer=ClaimerSettings(concurrency=4, batch_size=4, poll_interval_s=0.05),
         lease=LeaseSettings(),

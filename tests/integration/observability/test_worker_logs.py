@@ -10,7 +10,7 @@ import pytest
 from lading_worker import running
 
 from lading import accepting, logs
-from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.support import factories, waiting
 
 SECRET_TEXT = "Invoice INV-77 total 1234.56 EUR IBAN DE89370400440532013000"
@@ -34,7 +34,7 @@ async def test_attempt_lines_carry_ids_and_never_the_document(
     await factories.seed(db)
     request = factories.batch_request(count=3, text_prefix=SECRET_TEXT)
     accepted = await accepting.accept_batch(db, request)
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=factories.POOL,
         claimer=ClaimerSettings(concurrency=4, batch_size=4, poll_interval_s=0.05),
         lease=LeaseSettings(),

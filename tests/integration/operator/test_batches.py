@@ -15,7 +15,7 @@ from lading.ids import PoolName
 from lading.jobs.states import JobState
 from lading.providers import builtin
 from lading.samples import generator
-from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerSettings
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from tests.integration.operator import conftest
 from tests.support import kube_emulator, waiting
 from tests.support.waiting import until
@@ -210,7 +210,7 @@ async def test_a_real_worker_drives_the_status_to_completion(
         emulator, BATCHES, "acme", "real", lambda o: o.get("status", {}).get("phase") == "Running"
     )
 
-    settings = WorkerSettings(
+    settings = WorkerProcessSettings(
         pool=PoolName("acme/builtin"),
         lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.1),
         claimer=ClaimerSettings(concurrency=8, batch_size=8, poll_interval_s=0.05),

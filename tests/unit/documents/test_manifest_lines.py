@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lading.documents import manifests
+from lading.documents import manifest_lines
 from lading.jobs import hashing
 from lading.models import specs
 from lading.settings import DocumentSettings
@@ -25,7 +25,7 @@ def line(**changes: object) -> bytes:
 
 
 def test_a_valid_line_parses() -> None:
-    parsed = manifests.parse_line(1, line())
+    parsed = manifest_lines.parse_line(1, line())
     assert (parsed.key, parsed.uri, parsed.sha256, parsed.bytes) == ("inv-0001", GOOD["uri"], SHA, 5)
 
 
@@ -40,7 +40,7 @@ def test_a_valid_line_parses() -> None:
         (line(bytes="5"), "manifest line 17: bytes: must be an integer"),
         (line(bytes=5.5), "manifest line 17: bytes: must be an integer"),
         (line(bytes=True), "manifest line 17: bytes: must be an integer"),
-        (line(bytes=manifests.DOCUMENT_MAX_BYTES + 1), "manifest line 17: bytes: must be at most 16777216"),
+        (line(bytes=manifest_lines.DOCUMENT_MAX_BYTES + 1), "manifest line 17: bytes: must be at most 16777216"),
         (line(key=""), "manifest line 17: key: must not be empty"),
         (line(key="/abs"), "manifest line 17: key: must be a document key"),
         (line(key="a/../b"), "manifest line 17: key: a document key must not contain empty, '.' or '..'"),
@@ -62,19 +62,19 @@ def test_a_valid_line_parses() -> None:
     ],
 )
 def test_errors_name_the_line_and_the_field(raw: bytes, message: str) -> None:
-    with pytest.raises(manifests.ManifestInvalid) as caught:
-        manifests.parse_line(17, raw)
+    with pytest.raises(manifest_lines.ManifestInvalid) as caught:
+        manifest_lines.parse_line(17, raw)
     assert str(caught.value).startswith(message)
     assert caught.value.line == 17
 
 
 def test_errors_never_repeat_the_line() -> None:
     secret_uri = "https://files.example/doc?X-Amz-Signature=topsecret"
-    with pytest.raises(manifests.ManifestInvalid) as caught:
-        manifests.parse_line(3, line(uri=secret_uri, sha256="nothex"))
+    with pytest.raises(manifest_lines.ManifestInvalid) as caught:
+        manifest_lines.parse_line(3, line(uri=secret_uri, sha256="nothex"))
     assert "topsecret" not in str(caught.value)
-    with pytest.raises(manifests.ManifestInvalid) as caught:
-        manifests.parse_line(3, b'{"key": "topsecret", ')
+    with pytest.raises(manifest_lines.ManifestInvalid) as caught:
+        manifest_lines.parse_line(3, b'{"key": "topsecret", ')
     assert "topsecret" not in str(caught.value)
 
 
@@ -84,8 +84,8 @@ def write(path: pathlib.Path, lines: list[bytes]) -> str:
     return path.as_uri()
 
 
-async def collect(uri: str, roots: tuple[str, ...]) -> list[tuple[int, manifests.ManifestLine]]:
-    return [item async for item in manifests.lines(uri, settings=DocumentSettings(roots=roots), namespace="acme")]
+async def collect(uri: str, roots: tuple[str, ...]) -> list[tuple[int, manifest_lines.ManifestLine]]:
+    return [item async for item in manifest_lines.lines(uri, settings=DocumentSettings(roots=roots), namespace="acme")]
 
 
 async def test_a_file_manifest_streams_with_line_numbers_and_skips_blank_lines(tmp_path: pathlib.Path) -> None:
@@ -98,20 +98,21 @@ async def test_a_bad_line_deep_in_the_manifest_is_named(tmp_path: pathlib.Path) 
     lines = [line(key=f"k{i}") for i in range(1, 200)]
     lines[149] = line(key="k150", sha256="0" * 63)
     uri = write(tmp_path / "acme" / "m.jsonl", lines)
-    with pytest.raises(manifests.ManifestInvalid, match=r"^manifest line 150: sha256: must be 64 lowercase hex"):
+    with pytest.raises(manifest_lines.ManifestInvalid, match=r"^manifest line 150: sha256: must be 64 lowercase hex"):
         await collect(uri, (str(tmp_path),))
 
 
 async def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path: pathlib.Path) -> None:
-    uri = write(tmp_path / "acme" / "m.jsonl", [line(), b"x" * (manifests.MAX_LINE_BYTES * 3)])
-    with pytest.raises(manifests.ManifestInvalid, match=rf"^manifest line 2: longer than {manifests.MAX_LINE_BYTES}"):
+    uri = write(tmp_path / "acme" / "m.jsonl", [line(), b"x" * (manifest_lines.MAX_LINE_BYTES * 3)])
+    longer = rf"^manifest line 2: longer than {manifest_lines.MAX_LINE_BYTES}"
+    with pytest.raises(manifest_lines.ManifestInvalid, match=longer):
         await collect(uri, (str(tmp_path),))
 
 
 async def test_too_many_lines_are_refused(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manifests, "MAX_LINES", 3)
+    monkeypatch.setattr(manifest_lines, "MAX_LINES", 3)
     uri = write(tmp_path / "acme" / "m.jsonl", [line(key=f"k{i}") for i in range(4)])
-    with pytest.raises(manifests.ManifestInvalid, match="more than 3 lines; split the batch"):
+    with pytest.raises(manifest_lines.ManifestInvalid, match="more than 3 lines; split the batch"):
         await collect(uri, (str(tmp_path),))
 
 
@@ -119,15 +120,16 @@ async def test_a_manifest_outside_the_roots_is_invalid_and_a_missing_one_unavail
     uri = write(tmp_path / "acme" / "m.jsonl", [line()])
     elsewhere = tmp_path / "roots"
     elsewhere.mkdir()
-    with pytest.raises(manifests.ManifestInvalid, match="outside the document directories of namespace acme"):
+    with pytest.raises(manifest_lines.ManifestInvalid, match="outside the document directories of namespace acme"):
         await collect(uri, (str(elsewhere),))
-    with pytest.raises(manifests.ManifestUnavailable, match="no such file"):
+    with pytest.raises(manifest_lines.ManifestUnavailable, match="no such file"):
         await collect((tmp_path / "acme" / "missing.jsonl").as_uri(), (str(tmp_path),))
 
 
 async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: pathlib.Path) -> None:
     uri = write(tmp_path / "acme" / "m.jsonl", [line(key="a", bytes=3), line(key="b", uri='file:///d/x,"y"', bytes=4)])
-    async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme") as spooled:
+    settings = DocumentSettings(roots=(str(tmp_path),))
+    async with manifest_lines.spool(uri, settings=settings, namespace="acme") as spooled:
         assert (spooled.documents, spooled.total_bytes) == (2, 7)
         rows = spooled.path.read_text().splitlines()
         assert rows[1].startswith('2,b,"file:///d/x,""y""",')
@@ -137,8 +139,8 @@ async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: p
 
 async def test_an_empty_manifest_is_invalid(tmp_path: pathlib.Path) -> None:
     uri = write(tmp_path / "acme" / "m.jsonl", [b""])
-    with pytest.raises(manifests.ManifestInvalid, match="lists no documents"):
-        async with manifests.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme"):
+    with pytest.raises(manifest_lines.ManifestInvalid, match="lists no documents"):
+        async with manifest_lines.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme"):
             pass
 
 
