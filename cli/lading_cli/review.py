@@ -313,11 +313,18 @@ def _print_queue(page: reviewing.QueuePage) -> None:
 
 
 def _print_checks(console: rich.console.Console, failed: tuple[validation.FailedCheck, ...]) -> None:
-    if failed:
-        table = _table(None, ("check", "field", "message"))
-        for check in failed:
-            table.add_row(common.text(check.check), common.text(check.field), common.text(check.message))
-        console.print(table)
+    """The failed checks; with the quote each judged and its document line when the policy gave
+    them (invoice-strict-v2 does), so the reviewer knows where to look without the document."""
+    if not failed:
+        return
+    quoted = any(check.quote is not None or check.line is not None for check in failed)
+    table = _table(None, ("check", "field", "quote", "line", "message") if quoted else ("check", "field", "message"))
+    for check in failed:
+        cells = [common.text(check.check), common.text(check.field)]
+        if quoted:
+            cells += [common.text(check.quote), common.text(check.line)]
+        table.add_row(*cells, common.text(check.message))
+    console.print(table)
 
 
 def _print_case(case: reviewing.ReviewCase) -> None:

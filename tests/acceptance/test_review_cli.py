@@ -203,3 +203,68 @@ async def test_review_commands_exit_1_for_a_job_not_awaiting_review_and_2_for_in
     assert "stdin is not valid JSON: Expecting ',' delimiter at line 1, column 6" in piped.stderr
     assert (await _states(db), await db.fetchval("SELECT count(*) FROM outbox_events")) == before
     assert await db.fetchval("SELECT count(*) FROM review_decisions") == 1
+
+
+SWAPPED_TEXT = """\
+Nordlicht Software GmbH
+Hauptstraße 5 · 20457 Hamburg
+USt-IdNr.: DE123456789
+
+Rechnung an:
+Weber Maschinenbau GmbH
+USt-IdNr.: DE811907980
+
+Rechnungsnummer: RE-2025-0042
+Rechnungsdatum: 04.03.2025
+
+Beratung   2   617,25   19%   1.234,50
+
+Zwischensumme:   1.234,50
+MwSt. 19%:   234,56
+Gesamtbetrag:   1.469,06 EUR
+
+IBAN: DE89 3704 0044 0532 0130 00
+"""
+SWAPPED: dict[str, Any] = {
+    "invoice_number": "RE-2025-0042", "issue_date": "2025-03-04", "currency": "EUR",
+    "supplier": {"name": "Weber Maschinenbau GmbH", "iban": "DE89370400440532013000"},
+    "buyer": {"name": "Nordlicht Software GmbH"},
+    "lines": [{"description": "Beratung", "quantity": "2", "unit_price": "617.25", "amount": "1234.50",
+               "tax_rate": "19"}],
+    "subtotal": "1234.50", "tax_total": "234.56", "total": "1469.06",
+    "evidence": {"invoice_number": "RE-2025-0042", "supplier.iban": "DE89 3704 0044 0532 0130 00",
+                 "supplier.name": "Weber Maschinenbau GmbH", "buyer.name": "Nordlicht Software GmbH",
+                 "lines[0].amount": "1.234,50", "subtotal": "Zwischensumme:   1.234,50",
+                 "tax_total": "MwSt. 19%:   234,56", "total": "Gesamtbetrag:   1.469,06 EUR"},
+}  # fmt: skip
+
+
+async def test_review_show_prints_the_quote_and_line_of_each_failed_check(
+        db: asyncpg.Connection, database_url: str,
+) -> None:
+    await factories.seed(db)
+    request = dataclasses.replace(
+        factories.batch_request(count=1), validation_policy="invoice-strict-v2",
+        documents=[accepting.DocumentInput(key="swapped", text=SWAPPED_TEXT)],
+    )
+    (job_id,) = (await accepting.accept_batch(db, request)).job_ids
+    (claimed,) = await jobs.claim_batch(db, pool=factories.POOL, worker_id=WORKER, limit=1, lease_ttl_s=600)
+    verdict = validation.validate(SWAPPED, source_text=SWAPPED_TEXT, policy="invoice-strict-v2").to_json()
+    await jobs.finish_many(
+        db, [transitions.needs_review(claimed.id, claimed.fence, result=SWAPPED, validation=verdict)], worker_id=WORKER
+    )
+
+    shown = await _json(database_url, "show", str(job_id))
+    checks = shown["result"]["verdict"]["failed_checks"]
+    assert [(c["check"], c["field"], c["quote"], c["line"]) for c in checks] == [
+        ("party_role", "supplier.name", "Weber Maschinenbau GmbH", 6),
+        ("party_role", "buyer.name", "Nordlicht Software GmbH", 1),
+    ]
+    assert 'under "Rechnung an" (line 5)' in checks[0]["message"]
+
+    text = await _run(database_url, "show", str(job_id))
+    assert text.returncode == 0, text.stderr
+    for check, quote, line in (("party_role", "Weber Maschinenbau GmbH", "6"), ("party_role", "Nordlicht", "1")):
+        row = next(row for row in text.stdout.splitlines() if quote in row and check in row)
+        assert f" {line} " in row
+    assert "quote" in text.stdout and "line" in text.stdout
