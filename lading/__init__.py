@@ -4,14 +4,20 @@ Lading core library: everything the operator, the workers and the CLI share.
 The core never imports a component (`lading_worker`, `lading_operator`,
 `lading_webhook_receiver`, `lading_cli`); an import-linter contract checks it.
 
-    models/      pydantic spec models and the extraction schemas (invoice.v1)
-    jobs/        the job state machine, transitions, retry policy, request hashing
+    models/      pydantic spec models, the YAML manifests `lading run` applies, extraction schemas
+    jobs/        the job state machine, transitions, the one RetryPolicy, request hashing
     db/          the only place SQL lives: pool, migrations, named queries, repositories
-    providers/   the model provider seam and the built-in offline extractor
+    delivery/    delivery state machine, body building, breaker, egress policy, signing secrets
+    events/      broker topology and message formats (the relay and consumer loops: lading_worker)
+    webhooks/    the delivery body and its signatures (the public contract with receivers)
+    providers/   the model provider seam, the real providers and the built-in offline extractor
     validation/  checks that decide SUCCEEDED vs REVIEW_REQUIRED
     samples/     the synthetic OCR invoice generator with ground truth
-    documents/   manifests of large batches (streaming, validation) and fetching documents by URI
+    documents/   JSON-lines manifests of large batches (manifest_lines) and fetching documents by URI
     accepting    durable acceptance of a batch in one transaction
+    applying     admission: every quota rule, then acceptance
+    looping      the one loop shape: waits, jitter, backoff, run_forever, named tasks
+    schema       waiting for `lading migrate`: no process but the migrator changes the schema
 """
 
 __version__ = "0.1.0"
