@@ -109,7 +109,7 @@ SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
 -- makes a lease exist exactly while a job is RUNNING, and this form keeps the planner on
 -- the primary key instead of joining every submitted row against every running job.
 -- A value PostgreSQL cannot store fails the whole statement with a data error (SQLSTATE class
--- 22/54); the committer then splits the group to isolate it (lading.db.storable.isolate).
+-- 22/54); the committer then splits the group to isolate it (lading.storable.isolate).
 -- $1..$14 are the per-attempt arrays, one element per attempt; $15 is the committing worker.
 WITH input AS (
     SELECT *
