@@ -478,10 +478,10 @@ class _Judge:
                       for offset in found.offsets]
             if not any(label == "invoice" for _, label in labels):
                 offset, label = labels[0]
-                kind = "no invoice-number label" if label is None else f"a {label} label"
-                failures.append(self._fail(IDENTIFIER_ROLE, "invoice_number",
-                                           f"the number has {kind} ({self.doc.label_at(offset) or 'none'})",
-                                           quote=found.quote, offset=offset))
+                printed = self.doc.label_at(offset) or "none"
+                why = (f"the number has no invoice-number label (label: {printed})" if label is None
+                       else f"the number is labelled as another reference ({printed}), not the invoice number")
+                failures.append(self._fail(IDENTIFIER_ROLE, "invoice_number", why, quote=found.quote, offset=offset))
         return failures
 
     def _find_number(self, number: str, within: tuple[int, int] | None) -> list[int]:
