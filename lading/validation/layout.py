@@ -51,6 +51,8 @@ _LABEL_TAIL = re.compile(r"(?:[^\W\d_][^\s]*)(?: [^\W\d_][^\s]*){0,5}$")
 _LABEL_STRIP = " \t:.#-–|·•;,"
 _CHUNK = re.compile(r"\S+(?: \S+)*")
 _TOKEN = re.compile(r"\S+")
+_ALNUM_RUN = re.compile(r"[^\W_]+")
+"""Letters and digits: what identifiers are compared on (spaces, dots, dashes, slashes ignored)."""
 _MONEY = re.compile(r"\d[.,]\d{2}(?![\d.,])")
 _COLUMN_GAP = re.compile(r"[ \t]{3,}")
 """Three or more blanks inside a line separate side-by-side columns (a label and its value are
@@ -126,10 +128,9 @@ class Document:
             position += len(token.group()) + 1
         compact: list[str] = []
         self._compact_offsets: list[int] = []
-        for index, char in enumerate(text):
-            if char.isalnum():
-                compact.append(_upper(char))
-                self._compact_offsets.append(index)
+        for run in _ALNUM_RUN.finditer(text):
+            compact.append(_upper(run.group()))
+            self._compact_offsets.extend(range(run.start(), run.end()))
         self.compact = "".join(compact)
 
     # -- lines -------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ class Document:
 
     def find_compact(self, value: str, *, within: tuple[int, int] | None = None) -> list[int]:
         """Source offsets of `value` read with spaces, dots, dashes and case ignored, on whole tokens."""
-        needle = "".join(_upper(char) for char in value if char.isalnum())
+        needle = _upper("".join(_ALNUM_RUN.findall(value)))
         if not needle:
             return []
         found = []
@@ -303,8 +304,8 @@ class Document:
         while position != -1:
             first = self._compact_offsets[position]
             last = self._compact_offsets[position + len(needle) - 1]
-            clean_start = first == 0 or not self.text[first - 1].isalnum()
-            clean_end = last + 1 >= len(self.text) or not self.text[last + 1].isalnum()
+            clean_start = first == 0 or _ALNUM_RUN.match(self.text, first - 1) is None
+            clean_end = last + 1 >= len(self.text) or _ALNUM_RUN.match(self.text, last + 1) is None
             inside = within is None or (within[0] <= first and last < within[1])
             if clean_start and clean_end and inside:
                 found.append(first)
@@ -312,10 +313,13 @@ class Document:
         return found
 
 
-def _upper(char: str) -> str:
-    """One character upper-cased, kept one character (`ß` stays `ß`, `i` and `ı` become `I`)."""
-    upper = char.upper()
-    return upper if len(upper) == 1 else char
+def _upper(text: str) -> str:
+    """`text` upper-cased character for character (`ß` stays `ß`; `i` and `ı` become `I`), so
+    that offsets into it are offsets into `text`."""
+    upper = text.upper()
+    if len(upper) == len(text):
+        return upper
+    return "".join(char.upper() if len(char.upper()) == 1 else char for char in text)
 
 
 def _continues_number(neighbours: str) -> bool:
