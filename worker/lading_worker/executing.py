@@ -316,33 +316,9 @@ class Executor:
         """The endpoint refuses everyone (key, quota): pause the pool and give the attempt back,
         so that jobs wait for the platform team instead of burning their budgets."""
         pause_s = outcome.retry_after_s if outcome.retry_after_s is not None else POOL_PAUSE_DEFAULT_S
-        error_class = outcome.error_class or "POOL_UNAVAILABLE"
-        decision = retry.decide(
-            attempt=job.attempt,
-            now=now,
-            deadline_at=job.deadline_at,
-            settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts + 1),  # this one is given back
-            retry_after_s=pause_s,
-            rand=self.rand,
-        )
-        if decision.retry and decision.at is not None:
-            return transitions.retry(
-                job.id,
-                job.fence,
-                outcome=outcome.outcome.value,
-                error_class=error_class,
-                error=outcome.error or "",
-                retry_in_s=max(0.0, (decision.at - now).total_seconds()),
-                pause_pool_s=pause_s,
-                usage=usage,
-            )
-        return transitions.fail(
-            job.id,
-            job.fence,
-            outcome=outcome.outcome.value,
-            error_class=decision.reason,
-            error=f"{error_class}: {outcome.error or ''}",
-            usage=usage,
+        return self._given_back(
+            job, outcome, wait_s=pause_s, error_class=outcome.error_class or "POOL_UNAVAILABLE",
+            attempt=job.attempt, pause_pool_s=pause_s, now=now, usage=usage,
         )
 
     def _congested(
@@ -351,16 +327,36 @@ class Executor:
         """429, or 503 with Retry-After: the pool is congested, the job did nothing wrong. The attempt
         is recorded and given back (not counted against maxAttempts) and the job tried again once
         the pool's cooldown / Retry-After has passed; only the job's deadline bounds how often."""
-        wait_s = outcome.retry_after_s if outcome.retry_after_s is not None else RATE_LIMIT_COOLDOWN_DEFAULT_S
+        return self._given_back(
+            job, outcome,
+            wait_s=outcome.retry_after_s if outcome.retry_after_s is not None else RATE_LIMIT_COOLDOWN_DEFAULT_S,
+            error_class=outcome.error_class or base.RATE_LIMITED,
+            attempt=min(job.attempt, job.max_attempts), pause_pool_s=None, now=now, usage=usage,
+        )
+
+    def _given_back(
+            self,
+            job: jobs.ClaimedJob,
+            outcome: base.Outcome,
+            *,
+            wait_s: float,
+            error_class: str,
+            attempt: int,
+            pause_pool_s: float | None,
+            now: dt.datetime,
+            usage: transitions.Usage,
+    ) -> transitions.Finish:
+        """The pool, not the job, failed: retry after `wait_s` with this attempt given back (one more
+        than maxAttempts allowed to the retry policy, which still keeps the job inside its deadline);
+        a job whose deadline leaves no room fails with the policy's reason."""
         decision = retry.decide(
-            attempt=min(job.attempt, job.max_attempts),
+            attempt=attempt,
             now=now,
             deadline_at=job.deadline_at,
             settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts + 1),  # this one is given back
             retry_after_s=wait_s,
             rand=self.rand,
         )
-        error_class = outcome.error_class or base.RATE_LIMITED
         if decision.retry and decision.at is not None:
             return transitions.retry(
                 job.id,
@@ -369,6 +365,7 @@ class Executor:
                 error_class=error_class,
                 error=outcome.error or "",
                 retry_in_s=max(0.0, (decision.at - now).total_seconds()),
+                pause_pool_s=pause_pool_s,
                 give_back=True,
                 usage=usage,
             )
