@@ -229,36 +229,29 @@ async def _check_room(
         jobs: int | None,
         document_bytes: int | None,
 ) -> None:
-    """maxQueuedJobs and maxQueuedBytes against what the tenant has queued now."""
+    """maxQueuedJobs and maxQueuedBytes against what the tenant has queued now. A size of None (a
+    manifest not read yet) is refused only when the queue is already full."""
     tenant = rules.tenant
     if rules.max_queued_jobs is not None:
-        limit = rules.max_queued_jobs
         queued = await registry.tenant_queued_jobs(conn, tenant=tenant)
-        if jobs is None and queued >= limit:
-            raise AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {queued} queued jobs; maxQueuedJobs={limit} leaves no room",
-            )
-        if jobs is not None and queued + jobs > limit:
-            raise AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {queued} queued jobs; {jobs} more would exceed "
-                f"maxQueuedJobs={limit}",
-            )
+        _require_room(tenant, queued=queued, more=jobs, limit=rules.max_queued_jobs, unit="queued jobs",
+                      field="maxQueuedJobs")
     if rules.max_queued_bytes is not None:
-        limit = rules.max_queued_bytes
         queued = await registry.tenant_queued_bytes(conn, tenant=tenant)
-        if document_bytes is None and queued >= limit:
-            raise AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {queued} bytes queued; maxQueuedBytes={limit} leaves no room",
-            )
-        if document_bytes is not None and queued + document_bytes > limit:
-            raise AdmissionRejected(
-                reason="QuotaExceeded",
-                message=f"tenant {tenant} has {queued} bytes queued; {document_bytes} more would exceed "
-                f"maxQueuedBytes={limit}",
-            )
+        _require_room(tenant, queued=queued, more=document_bytes, limit=rules.max_queued_bytes, unit="bytes queued",
+                      field="maxQueuedBytes")
+
+
+def _require_room(tenant: TenantName, *, queued: int, more: int | None, limit: int, unit: str, field: str) -> None:
+    if more is None and queued >= limit:
+        raise AdmissionRejected(
+            reason="QuotaExceeded", message=f"tenant {tenant} has {queued} {unit}; {field}={limit} leaves no room"
+        )
+    if more is not None and queued + more > limit:
+        raise AdmissionRejected(
+            reason="QuotaExceeded",
+            message=f"tenant {tenant} has {queued} {unit}; {more} more would exceed {field}={limit}",
+        )
 
 
 @contextlib.asynccontextmanager
