@@ -17,8 +17,9 @@ error locations and nothing is written. What PostgreSQL cannot store (NUL, lone 
 integers past 64 bits, NaN or Infinity; `lading.storable`) is refused the same way, naming
 the field, before any SQL; a sign-off holding a lone surrogate is refused like one holding
 control characters. The job's validation policy then judges the correction against the
-document's text; that verdict is stored and reported, never enforced: the reviewer decides,
-and may well accept an invoice that really does not add up.
+document's text, with its pool's `defaultCurrency` as the worker judged the model's answer;
+that verdict is stored and reported, never enforced: the reviewer decides, and may well
+accept an invoice that really does not add up.
 
 `list_queue` and `show` are the read side. Neither reads the document text, which may be
 confidential (`lading jobs show ID --show-document` prints it on request). The CLI is
@@ -45,9 +46,9 @@ import asyncpg
 import pydantic
 
 from lading import errors, ids, storable, validation
-from lading.db import jobs, reporting, results, review_decisions
+from lading.db import jobs, registry, reporting, results, review_decisions
 from lading.jobs import states
-from lading.models import invoice
+from lading.models import invoice, specs
 
 REVIEWER_MAX_CHARS: Final = 200
 """Longest reviewer name (after trimming): room for an e-mail address or a directory DN.
@@ -285,7 +286,10 @@ async def correct(
             raise ReviewInputInvalid(
                 f"job {job_id} extracts {job.schema}; corrections can only be {invoice.SCHEMA_NAME} documents"
             )
-        verdict = validation.validate(document, source_text=job.text, policy=job.validation_policy)
+        verdict = validation.validate(
+            document, source_text=job.text, policy=job.validation_policy,
+            default_currency=await _default_currency(conn, job_id=job_id),
+        )
         replaced = await results.replace_corrected(
             conn, job_id=job_id, result=document, validation=verdict.to_json()
         )
@@ -300,6 +304,13 @@ async def correct(
             corrected_result=document,
             corrected_verdict=verdict,
         )
+
+
+async def _default_currency(conn: asyncpg.Connection, *, job_id: ids.JobId) -> str | None:
+    """The default currency of the job's pool, as the worker that judged the job used it."""
+    detail = await reporting.get_job(conn, job_id=job_id)
+    pool = None if detail is None else await registry.get_pool(conn, name=detail.pool)
+    return None if pool is None else specs.stored_default_currency(pool.spec)
 
 
 async def reject(

@@ -26,6 +26,8 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import collections.abc
+import re
 import urllib.parse
 from typing import Annotated, ClassVar, Literal
 
@@ -55,6 +57,8 @@ API server refuses such an object at `kubectl apply`; the models also refuse lon
 the API server's JSON decoder replaces, but a YAML file given to `lading run` can hold)."""
 DOCUMENT_KEY_PATTERN = r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$"
 VALIDATION_POLICY_PATTERN = r"^[a-z0-9-]+-v\d+$"
+CURRENCY_CODE_PATTERN = r"^[A-Z]{3}$"
+"""An ISO 4217 alphabetic code (`EUR`, `TRY`), upper case as the standard writes it."""
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 KEY_ID_PATTERN = r"^[A-Za-z0-9._-]+$"
@@ -650,6 +654,16 @@ class InferencePoolSpec(_Spec):
         default=False,
         description="Stop claiming new jobs from this pool; running calls finish. Queued jobs wait.",
     )
+    default_currency: str | None = pydantic.Field(
+        default=None,
+        min_length=3,
+        max_length=3,
+        pattern=CURRENCY_CODE_PATTERN,
+        description="ISO 4217 code (EUR, TRY, ...) that invoice-strict-v2 accepts as the currency of a "
+        "document showing no currency code or symbol at all; an answer booking another currency still "
+        "goes to review. Unset: such documents go to review. A document that shows a currency is judged "
+        "by what it shows, never by this. Workers read it when they start.",
+    )
 
     @pydantic.field_validator("model")
     @classmethod
@@ -959,6 +973,19 @@ class InferencePool(Resource):
     api_version: Literal["lading.dev/v1alpha1"] = "lading.dev/v1alpha1"
     kind: Literal["InferencePool"] = "InferencePool"
     spec: InferencePoolSpec
+
+
+def stored_default_currency(spec: collections.abc.Mapping[str, object]) -> str | None:
+    """`defaultCurrency` of an InferencePool spec as stored in `pools.spec` (camelCase JSON, written
+    by `lading.applying.apply_inference_pool`); None when the pool names none. A stored value that
+    is not an ISO 4217 code (a row written by hand) raises ValueError naming it: validating against a
+    currency nobody meant would deliver documents the pool never vouched for."""
+    value = spec.get("defaultCurrency")
+    if value is None:
+        return None
+    if not isinstance(value, str) or re.fullmatch(CURRENCY_CODE_PATTERN, value) is None:
+        raise ValueError(f"the stored InferencePool spec has defaultCurrency {value!r}, not an ISO 4217 code")
+    return value
 
 
 class DeliveryEndpoint(Resource):

@@ -35,6 +35,7 @@ from lading.db import pool as dbpool
 from lading.db import registry
 from lading.documents import fetching
 from lading.ids import PoolName, WorkerId
+from lading.models import specs
 from lading.providers import base, factory
 from lading.settings import WorkerProcessSettings
 from lading_worker import broker, claiming, committing, dispatching, executing, heartbeating, inflight, reaping
@@ -109,7 +110,13 @@ class Worker:
         pool = PoolName(s.pool)
         committer = committing.Committer(self.db, worker_id=self.worker_id, pool=pool, settings=s.claimer)
         limiter = await self._limiter(pool)
-        executor = executing.Executor(provider=provider, settings=s.attempt, limiter=limiter, fetcher=self.fetcher)
+        async with self.db.acquire() as conn:  # the pool's default currency, for invoice-strict-v2
+            row = await registry.get_pool(conn, name=pool)
+        default_currency = specs.stored_default_currency(row.spec) if row is not None else None
+        executor = executing.Executor(
+            provider=provider, settings=s.attempt, limiter=limiter, fetcher=self.fetcher,
+            default_currency=default_currency,
+        )
         claimer = claiming.Claimer(
             self.db,
             self.inflight,

@@ -233,6 +233,9 @@ def test_pool_key_defaults_to_the_batch_namespace() -> None:
          "retryBudget.maxAttempts", "less than or equal to 100"),
         (ENDPOINT, "retryBudget", {"maxAgeSeconds": 0},
          "retryBudget.maxAgeSeconds", "greater than or equal to 1"),
+        (BUILTIN, "defaultCurrency", "eur", "defaultCurrency", "pattern"),
+        (BUILTIN, "defaultCurrency", "EURO", "defaultCurrency", "at most 3 characters"),
+        (BUILTIN, "defaultCurrency", "", "defaultCurrency", "at least 3 characters"),
         # ExtractionBatch
         (INLINE, "schema", "invoice.v2", "schema", "'invoice.v1'"),
         (INLINE, "schema", ..., "schema", "Field required"),
@@ -361,6 +364,7 @@ def test_duplicate_document_keys_are_named_with_their_positions() -> None:
         (specs.InferencePoolSpec, VLLM_POOL),
         (specs.InferencePoolSpec, with_(VLLM_POOL, "vllm", {"gpus": 2, "engineArgs": {"maxNumSeqs": 64}})),
         (specs.InferencePoolSpec, with_(BUILTIN_POOL, "builtin", {"latencyMs": 250})),
+        (specs.InferencePoolSpec, with_(BUILTIN_POOL, "defaultCurrency", "EUR")),
         (specs.InferencePoolSpec, with_(OPENAI_POOL, "endpoint", {"url": "https://api.example.com/v1"})),
         (specs.ExtractionBatchSpec, with_(MANIFEST_BATCH, "manifestUri", "file:///d/m.jsonl")),
         (specs.ExtractionBatchSpec, with_(MANIFEST_BATCH, "manifestUri", "https://s.example/m")),
@@ -371,6 +375,21 @@ def test_duplicate_document_keys_are_named_with_their_positions() -> None:
 )
 def test_good_variants_are_accepted(model: type[pydantic.BaseModel], data: dict[str, Any]) -> None:
     assert errors_of(model, data) == {}
+
+
+def test_a_pools_default_currency_is_stored_under_its_yaml_name_and_read_back() -> None:
+    spec = specs.InferencePoolSpec.model_validate(with_(BUILTIN_POOL, "defaultCurrency", "TRY"))
+    stored = spec.model_dump(mode="json", by_alias=True)
+    assert stored["defaultCurrency"] == "TRY"
+    assert specs.stored_default_currency(stored) == "TRY"
+    assert specs.stored_default_currency(specs.InferencePoolSpec.model_validate(BUILTIN_POOL).model_dump(
+        mode="json", by_alias=True)) is None
+    assert specs.stored_default_currency({}) is None  # a pool stored before the field existed
+
+
+def test_a_stored_default_currency_that_is_no_iso_code_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="defaultCurrency 'euro', not an ISO 4217 code"):
+        specs.stored_default_currency({"defaultCurrency": "euro"})
 
 
 def test_retry_budget_defaults() -> None:
