@@ -49,11 +49,21 @@ no grouping ("1234.50", "2", "20"), whatever the document's own notation.
 - Dates are YYYY-MM-DD. currency is the ISO 4217 code (EUR, USD, TRY, GBP, ...).
 - supplier is the party that issued the invoice; buyer is the party it is billed to.
 - lines are the invoice's line items in document order; amount is the line's net amount.
-- evidence maps a field path (invoice_number, supplier.iban, subtotal, tax_total, total, \
-lines[0].amount, lines[1].amount, ...) to the exact substring of the document the value was \
-read from, copied character for character. Quote at least invoice_number, every amount, \
-subtotal, tax_total, total and supplier.iban when present.
+- evidence maps a field path to the exact substring of the document the value was read \
+from, copied character for character. Quote every field the document shows: {evidence_paths}. \
+Quote the currency's code or symbol as printed beside an amount ("1.469,06 EUR") or in a \
+currency field; leave out the quote of a field the document does not show.
 - Never invent a value. An optional field the document does not show is null."""
+
+EVIDENCE_PATHS = (
+    "invoice_number", "issue_date", "due_date", "currency",
+    "supplier.name", "supplier.vat_id", "supplier.iban", "buyer.name", "buyer.vat_id",
+    "lines[i].amount", "lines[i].tax_rate", "subtotal", "tax_total", "total",
+)
+"""The fields the model is asked to quote: every field `invoice-strict-v2` grounds in the document
+(`lading.validation.strict_v2`) and every amount `invoice-strict-v1` requires a quote for."""
+
+_EVIDENCE_LIST = ", ".join(EVIDENCE_PATHS) + " (i = 0, 1, ... for each line)"
 
 _INVOICE_TASK = "Extract the invoice.v1 data from the document between the markers."
 _INVOICE_CLOSING = (
@@ -92,7 +102,7 @@ def messages(*, text: str, schema: str, nonce: str | None = None) -> list[dict[s
     opening, closing = f"<document-{nonce}>", f"</document-{nonce}>"
     user = "\n".join((_INVOICE_TASK, opening, text, closing, _INVOICE_CLOSING.format(nonce=nonce)))
     return [
-        {"role": "system", "content": _INVOICE_RULES.format(nonce=nonce)},
+        {"role": "system", "content": _INVOICE_RULES.format(nonce=nonce, evidence_paths=_EVIDENCE_LIST)},
         {"role": "user", "content": user},
     ]
 
