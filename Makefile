@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 HELM := $(VENV)/tools/helm
 export LADING_HELM := $(abspath $(HELM))
 
-.PHONY: run test lint typecheck imports unit bench crds clean
+.PHONY: run test lint typecheck imports unit bench reliability crds clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ crds: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python hack/bench.py
+
+# The fault suite (docs/reliability.md), the full run: ARGS='--scenario worker-kill --seed 7' reruns one.
+reliability: $(STAMP)
+	$(BIN)/python hack/reliability.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .lading .pytest_cache .mypy_cache .ruff_cache

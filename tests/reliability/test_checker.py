@@ -1,0 +1,104 @@
+"""
+The fault suite's checker finds each violation it claims to count, in a history written by hand,
+and counts an ambiguous delivery (UNKNOWN_EXTERNAL, Jepsen's :info) as neither lost nor duplicated.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hack.reliability import checker
+
+T0 = 1_000_000.0
+
+
+def _history() -> dict[str, Any]:
+    """Two documents, both extracted once, delivered once and booked once: nothing wrong."""
+    jobs = [
+        {"id": i, "batch": "b", "key": f"k{i}", "state": "SUCCEEDED", "attempt": 1, "max_attempts": 3, "fence": 1,
+         "deadline": T0 + 3600, "created": T0, "finished": T0 + 2, "error": None}
+        for i in (1, 2)
+    ]  # fmt: skip
+    return {
+        "scenario": "s", "seed": 1, "started": T0, "ended": T0 + 10,
+        "submitted": {"b": ["k1", "k2"]}, "deleted_batches": [], "faults": [], "kills": [],
+        "observations": [[T0 + 1, 1, "RUNNING", 1, 1], [T0 + 2, 1, "SUCCEEDED", 1, 1]],
+        "events_seen": ["e1"], "bounds": {"recovery_s": 3.7}, "notes": [],
+        "model": {"limits": {"rpm": 600, "tpm": 10**6, "concurrency": 4},
+                  "stats": {"admitted": [[T0 + 1, 10], [T0 + 1.5, 10]], "arrivals": [T0 + 1, T0 + 1.5],
+                            "max_concurrent": 2, "refusals": {}}},
+        "final": {
+            "jobs": jobs,
+            "attempts": [{"job_id": i, "fence": 1, "attempt": 1, "worker_id": "h-100-ab", "started": T0 + 1,
+                          "finished": T0 + 2, "outcome": "ok", "error_class": None} for i in (1, 2)],
+            "results": [{"job_id": 1, "fence": 1}, {"job_id": 2, "fence": 1}],
+            "stale": [],
+            "outbox": [{"event_id": "e1", "type": "extraction.completed.v1", "created": T0 + 2, "published": T0 + 3}],
+            "inbox": [],
+            "deliveries": [{"delivery_id": f"d{i}", "job_id": i, "state": "DELIVERED", "attempt": 1,
+                            "ambiguous_attempts": 0} for i in (1, 2)],
+            "delivery_attempts": [{"delivery_id": f"d{i}", "fence": 1, "attempt": 1, "outcome": "ok",
+                                   "http_status": 200, "started": T0 + 3} for i in (1, 2)],
+            "erp_inbox": [{"delivery_id": f"d{i}", "status": "accepted", "reference": f"L{i}"} for i in (1, 2)],
+            "ledger": [{"delivery_id": f"d{i}", "lading_job_id": str(i), "reference": f"L{i}"} for i in (1, 2)],
+        },
+    }  # fmt: skip
+
+
+def test_a_clean_history_has_no_violation() -> None:
+    assert checker.violations(checker.check(_history())) == {}
+
+
+def test_each_violation_is_found() -> None:
+    h = copy.deepcopy(_history())
+    final = h["final"]
+    h["submitted"]["b"].append("k3")  # asked for, never became a job
+    final["jobs"].append({**final["jobs"][0], "id": 9, "key": "k1"})  # a second job for k1 ...
+    final["jobs"][-1]["state"] = "RETRY_SCHEDULED"  # ... that is also not settled
+    final["ledger"].append({"delivery_id": "d1", "lading_job_id": "1", "reference": "L9"})  # booked twice
+    final["results"][1]["fence"] = 0  # a superseded attempt's result stands
+    final["attempts"][1]["started"] = final["jobs"][1]["deadline"] + 5  # begun after the deadline
+    h["observations"].append([T0 + 3, 1, "RUNNING", 2, 2])  # SUCCEEDED left
+    final["outbox"].append({"event_id": "e2", "type": "x", "created": T0 + 4, "published": None})
+    final["outbox"].append({"event_id": "e3", "type": "x", "created": T0 + 4, "published": T0 + 5})
+    h["model"]["stats"]["max_concurrent"] = 5  # one over the pool's cap
+    figures = checker.check(h)
+    assert checker.violations(figures) == {
+        "lost": 2, "duplicate_jobs": 1, "duplicate_effects": 1, "stale_overwrites_applied": 1,
+        "attempts_after_deadline": 1, "status_regressions": 2, "events_unpublished": 1,
+        "events_never_delivered": 1, "limiter_overshoot_concurrency": 1,
+    }  # fmt: skip
+
+
+def test_a_request_inside_a_retry_after_window_is_a_violation_and_one_on_the_wire_is_not() -> None:
+    h = _history()
+    h["faults"] = [{"kind": "model-429", "target": "model", "start": T0, "end": T0 + 1, "retry_after": 5}]
+    refused = T0 + 1.0
+    on_the_wire = refused + 0.5  # granted before the cooldown was known
+    too_early = refused + 3.0
+    h["model"]["stats"]["arrivals"] = [refused, on_the_wire, too_early, refused + 6.0]
+    h["model"]["stats"]["admitted"] = [[on_the_wire, 10], [too_early, 10], [refused + 6.0, 10]]
+    assert checker.check(h)["retry_after_violations"] == 1
+
+
+def test_an_ambiguous_delivery_is_info_not_lost_nor_duplicated() -> None:
+    h = _history()
+    h["final"]["deliveries"][0]["state"] = "UNKNOWN_EXTERNAL"
+    h["final"]["erp_inbox"] = h["final"]["erp_inbox"][1:]
+    figures = checker.check(h)
+    assert checker.violations(figures) == {}
+    assert figures["info"] == 1
+
+
+def test_a_job_held_by_a_killed_worker_and_taken_up_late_is_over_the_bound() -> None:
+    h = _history()
+    h["kills"] = [{"kind": "worker", "name": "worker-0", "pid": 100, "signal": "SIGKILL", "at": T0 + 1.5}]
+    attempts = h["final"]["attempts"]
+    attempts[0].update(finished=T0 + 5, outcome="lease-expired")
+    attempts.append({**attempts[0], "fence": 2, "attempt": 2, "worker_id": "h-200-cd", "started": T0 + 1.5 + 9,
+                     "finished": T0 + 12, "outcome": "ok"})  # fmt: skip
+    h["final"]["jobs"][0]["fence"] = 2
+    h["final"]["results"][0]["fence"] = 2
+    figures = checker.check(h)
+    assert figures["recovery_over_bound"] == 1 and figures["recovery_max_s"] == 9.0
