@@ -26,10 +26,12 @@ Definitions (each over the scenario's batches, at the end of the scenario, after
                             any 60 s window, most requests at once, and its own limit refusals
     events_unpublished      outbox rows of the scenario still unpublished after the drain
     events_never_delivered  events marked published that reached neither the side queue nor the inbox
-    status_regressions      a job seen going back: fence or attempt decreasing, or a terminal state
-                            left (a reviewer's decision on REVIEW_REQUIRED is not a regression)
-    recovery_over_bound     jobs held by a killed, stopped or cut-off worker that were not taken up
-                            again within lease TTL + reaper interval + first backoff (+ SLACK_S)
+    status_regressions      a job seen going back: its fence decreasing, or a final state left (a
+                            reviewer's decision on REVIEW_REQUIRED is not a regression; an attempt
+                            given back after a 429 lowers `attempt` by design and is not one either)
+    recovery_over_bound     jobs held by a killed, stopped or cut-off worker that were not free again
+                            (attempt expired by the reaper or finished, or another attempt begun)
+                            within lease TTL + reaper interval + first backoff (+ SLACK_S)
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ MUST_BE_ZERO = (
 REPORTED = (
     "documents", "jobs", "succeeded", "review", "failed", "cancelled", "info", "delivered",
     "delivery_retries", "stale_rejections", "reclaims", "max_attempts_seen", "kills", "faults",
-    "recovery_p50_s", "recovery_max_s", "recovery_bound_s", "duration_s", "throughput_jobs_s",
+    "recovery_p50_s", "recovery_max_s", "recovery_bound_s", "reclaim_max_s", "duration_s", "throughput_jobs_s",
 )  # fmt: skip
 
 
@@ -164,12 +166,13 @@ def check(history: Mapping[str, Any]) -> dict[str, Any]:
     figures["status_regressions"] = _regressions(history["observations"], jobs)
 
     # --- Recovery after each kill, stop or cut.
-    recoveries, over = _recoveries(history, attempts)
+    recoveries, reclaim_times, over = _recoveries(history, attempts)
     bound = history["bounds"].get("recovery_s", 0.0)
     figures["recovery_over_bound"] = over
     figures["recovery_p50_s"] = round(statistics.median(recoveries), 2) if recoveries else None
     figures["recovery_max_s"] = round(max(recoveries), 2) if recoveries else None
     figures["recovery_bound_s"] = round(bound + SLACK_S, 2)
+    figures["reclaim_max_s"] = round(max(reclaim_times), 2) if reclaim_times else None
 
     # --- Faults and time.
     figures["kills"] = len(history["kills"])
@@ -265,20 +268,30 @@ def _regressions(observations: Iterable[list[Any]], jobs: Iterable[Mapping[str, 
 
 
 def _went_back(before: tuple[str, int, int], after: tuple[str, int, int]) -> bool:
-    if after[2] < before[2] or after[1] < before[1]:
+    # The attempt number may go down: an attempt the pool refused for congestion (429) is given
+    # back, not charged. The fence never goes down.
+    if after[2] < before[2]:
         return True
     if before[0] in FINAL and after[0] != before[0]:
         return True
     return before[0] == "REVIEW_REQUIRED" and after[0] not in ("REVIEW_REQUIRED", *FINAL)
 
 
-def _recoveries(history: Mapping[str, Any], attempts: list[Mapping[str, Any]]) -> tuple[list[float], int]:
-    """Seconds from each fault that took a worker away to the next progress of each job it held."""
+def _recoveries(
+        history: Mapping[str, Any], attempts: list[Mapping[str, Any]]
+) -> tuple[list[float], list[float], int]:
+    """Seconds from each fault that took a worker away until each job it held was free again (its
+    attempt ended or another began), and until another attempt began; and how many were freed late.
+
+    Only the first is bounded: a freed job is eligible again after its backoff and then waits its
+    turn like any other (the claim takes the oldest eligible first), so its re-claim also depends
+    on the backlog."""
     bound = history["bounds"].get("recovery_s", 0.0) + SLACK_S
     by_job: dict[int, list[Mapping[str, Any]]] = collections.defaultdict(list)
     for a in attempts:
         by_job[a["job_id"]].append(a)
     times: list[float] = []
+    reclaims: list[float] = []
     over = 0
     for kill in history["kills"]:
         if kill["kind"] != "worker" or kill.get("pid") is None:
@@ -290,11 +303,15 @@ def _recoveries(history: Mapping[str, Any], attempts: list[Mapping[str, Any]]) -
             if not held:
                 continue
             later = [b["started"] for b in by_job[a["job_id"]] if b["fence"] > a["fence"]]
-            progress = [t for t in (*later, a["finished"] if a["outcome"] == "ok" else None) if t is not None]
+            if later:
+                reclaims.append(min(later) - at)
+            # Free again: the attempt ended (the reaper expired it, or the stopped worker resumed and
+            # finished it), or another attempt began first.
+            progress = [t for t in (*later, a["finished"]) if t is not None]
             if not progress:
-                continue  # finished some other way (terminal, cancelled); counted by `lost` if not
+                continue  # never freed: the job is counted by `lost`
             took = min(progress) - at
             times.append(took)
             if took > bound:
                 over += 1
-    return times, over
+    return times, reclaims, over

@@ -21,7 +21,8 @@ SHORT_NAMES = {
     "status_regressions": "regress", "recovery_over_bound": "recov > bound",
 }  # fmt: skip
 REPORTED_COLUMNS = ("documents", "succeeded", "info", "delivery_retries", "stale_rejections", "reclaims", "kills",
-                    "faults", "recovery_max_s", "recovery_bound_s", "throughput_jobs_s", "duration_s")  # fmt: skip
+                    "faults", "recovery_max_s", "recovery_bound_s", "reclaim_max_s", "throughput_jobs_s",
+                    "duration_s")  # fmt: skip
 
 
 def _cell(value: Any) -> str:

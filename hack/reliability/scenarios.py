@@ -237,7 +237,7 @@ async def _drained_or_timeout(ctx: Context, *, timeout_s: float) -> None:
 
 SCENARIOS = {s.name: s for s in (
     Scenario("baseline", "—", "none (the reference for throughput)", 60, baseline),
-    Scenario("worker-kill", "C1, C4", "SIGKILL of a random worker every 1-3 s, restarted", 120, worker_kills),
+    Scenario("worker-kill", "C1, C4", "SIGKILL of a random worker every 1-3 s, restarted", 400, worker_kills),
     Scenario("worker-stop", "C2", "SIGSTOP of a worker for 1.5-2.5 x the lease, then SIGCONT", 80, worker_stops),
     Scenario("worker-db-cut", "C3", "one worker's PostgreSQL leg stalled for 2 x the lease", 80, worker_db_cut),
     Scenario("relay-broker", "B1, B2, B3", "SIGKILL/SIGSTOP of lading relay; AMQP leg reset or stalled "
@@ -255,7 +255,7 @@ SCENARIOS = {s.name: s for s in (
     Scenario("operator-deletion", "I2", "a running batch deleted, lading operator SIGKILLed right after", 80,
              operator_deletion),
     Scenario("mixed", "B, C, D, F, I", "every fault kind above drawn at random, one at a time, + a 429 storm",
-             60, mixed),
+             200, mixed),
     Scenario("soak", "C, B, D1", "20,000 jobs, random worker kills/stops and relay kills, a 429 storm (50)",
              20_000, soak, drain_s=1200),
     Scenario("soak-baseline", "—", "the soak's jobs without faults (the throughput reference)", 20_000, baseline,

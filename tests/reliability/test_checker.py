@@ -91,14 +91,35 @@ def test_an_ambiguous_delivery_is_info_not_lost_nor_duplicated() -> None:
     assert figures["info"] == 1
 
 
-def test_a_job_held_by_a_killed_worker_and_taken_up_late_is_over_the_bound() -> None:
+def _killed_and_reclaimed(*, reaped_after_s: float, reclaimed_after_s: float) -> dict[str, Any]:
     h = _history()
-    h["kills"] = [{"kind": "worker", "name": "worker-0", "pid": 100, "signal": "SIGKILL", "at": T0 + 1.5}]
+    kill_at = T0 + 1.5
+    h["kills"] = [{"kind": "worker", "name": "worker-0", "pid": 100, "signal": "SIGKILL", "at": kill_at}]
     attempts = h["final"]["attempts"]
-    attempts[0].update(finished=T0 + 5, outcome="lease-expired")
-    attempts.append({**attempts[0], "fence": 2, "attempt": 2, "worker_id": "h-200-cd", "started": T0 + 1.5 + 9,
-                     "finished": T0 + 12, "outcome": "ok"})  # fmt: skip
+    attempts[0].update(finished=kill_at + reaped_after_s, outcome="lease-expired")
+    attempts.append({**attempts[0], "fence": 2, "attempt": 2, "worker_id": "h-200-cd",
+                     "started": kill_at + reclaimed_after_s, "finished": kill_at + reclaimed_after_s + 1,
+                     "outcome": "ok"})  # fmt: skip
     h["final"]["jobs"][0]["fence"] = 2
     h["final"]["results"][0]["fence"] = 2
-    figures = checker.check(h)
+    return h
+
+
+def test_a_job_held_by_a_killed_worker_and_freed_late_is_over_the_bound() -> None:
+    figures = checker.check(_killed_and_reclaimed(reaped_after_s=9.0, reclaimed_after_s=9.5))
     assert figures["recovery_over_bound"] == 1 and figures["recovery_max_s"] == 9.0
+
+
+def test_a_job_freed_in_time_and_claimed_after_the_backlog_is_within_the_bound() -> None:
+    figures = checker.check(_killed_and_reclaimed(reaped_after_s=3.5, reclaimed_after_s=9.0))
+    assert figures["recovery_over_bound"] == 0
+    assert (figures["recovery_max_s"], figures["reclaim_max_s"]) == (3.5, 9.0)
+
+
+def test_an_attempt_given_back_after_a_429_is_not_a_regression_but_a_lower_fence_is() -> None:
+    h = _history()
+    h["observations"] = [[T0 + 1, 1, "RUNNING", 1, 1], [T0 + 1.2, 1, "RETRY_SCHEDULED", 0, 1],
+                         [T0 + 2, 1, "SUCCEEDED", 1, 1]]  # fmt: skip
+    assert checker.check(h)["status_regressions"] == 0
+    h["observations"].insert(1, [T0 + 1.1, 1, "RUNNING", 1, 2])
+    assert checker.check(h)["status_regressions"] >= 1
