@@ -26,7 +26,7 @@ import datetime as dt
 import re
 from typing import Final
 
-from lading.validation import cues
+from lading.validation import cues, layout
 
 _MONTH_NUMBER: Final[dict[str, int]] = {}
 for _names in cues.MONTHS.values():
@@ -35,7 +35,7 @@ for _names in cues.MONTHS.values():
             if _MONTH_NUMBER.setdefault(_spelling, _number) != _number:  # pragma: no cover - a table error
                 raise ValueError(f"month name {_spelling!r} means two months")
 
-_MONTH: Final = "|".join(sorted((re.escape(name) for name in _MONTH_NUMBER), key=len, reverse=True))
+_MONTH: Final = layout.alternation(_MONTH_NUMBER)
 _DAY: Final = r"(?P<{}>[0-3]?\d)(?:st|nd|rd|th|er|º|°)?"
 _PATTERN: Final = re.compile(
     r"(?<![\w.,/-])(?:"
@@ -66,10 +66,12 @@ class PrintedDate:
         return self.day_first is not None and self.month_first is not None
 
 
-def find(lowered_text: str) -> list[PrintedDate]:
-    """Every date printed in `lowered_text` (lower case, as `layout.lowered` gives it)."""
+def find(lowered_text: str, *, start: int = 0, end: int | None = None) -> list[PrintedDate]:
+    """Every date printed in `lowered_text` (lower case, as `layout.lowered` gives it), or in its
+    part [start, end). A printed date never spans two lines, so the dates of a whole line are the
+    same whether that line or the whole text is read: the part read should be whole lines."""
     found = []
-    for match in _PATTERN.finditer(lowered_text):
+    for match in _PATTERN.finditer(lowered_text, start, len(lowered_text) if end is None else end):
         printed = _printed(match)
         if printed is not None:
             found.append(printed)

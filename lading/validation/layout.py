@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
+import operator
 import re
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from lading.validation import cues
 
@@ -53,6 +55,10 @@ _CHUNK = re.compile(r"\S+(?: \S+)*")
 _TOKEN = re.compile(r"\S+")
 _ALNUM_RUN = re.compile(r"[^\W_]+")
 """Letters and digits: what identifiers are compared on (spaces, dots, dashes, slashes ignored)."""
+_ALNUM_SPLIT = re.compile(r"([\W_]+)")
+"""What separates runs of letters and digits (_ALNUM_RUN), kept by `split`."""
+_BLANK_SPLIT = re.compile(r"(\s+)")
+"""What separates tokens (_TOKEN), kept by `split`: str.split and whitespace in regexes agree on every character."""
 _MONEY = re.compile(r"\d[.,]\d{2}(?![\d.,])")
 _COLUMN_GAP = re.compile(r"[ \t]{3,}")
 """Three or more blanks inside a line separate side-by-side columns (a label and its value are
@@ -67,17 +73,45 @@ def lowered(text: str) -> str:
     return "".join(char if len(char.lower()) != 1 else char.lower() for char in text.replace("İ", "i"))
 
 
-def _alternation(words: Iterable[str]) -> str:
-    ordered = sorted(set(words), key=len, reverse=True)
-    return "|".join(r"[ \t]+".join(re.escape(part) for part in word.split()) for word in ordered)
+_BLANKS = r"[ \t]+"
+
+
+def alternation(words: Iterable[str], *, blank: str = _BLANKS) -> str:
+    """
+    A regex matching any of `words` (literal text; a space between words matches `blank`), the
+    longest first, as the plain alternation of the words sorted longest first would, but written
+    as a prefix tree (`mar(?:zo|ch|t|s)?`): the regex engine then tries a handful of first letters
+    at each position instead of every word. Two words that match at one position are always a
+    prefix of each other, and the tree tries the longer first, so the matches are the same.
+    """
+    tree: dict[str, Any] = {}
+    for word in set(words):
+        node = tree
+        for index, part in enumerate(word.split()):
+            if index:
+                node = node.setdefault(blank, {})
+            for char in part:
+                node = node.setdefault(re.escape(char), {})
+        node[""] = {}
+    return _branches(tree)
+
+
+def _branches(node: dict[str, Any]) -> str:
+    alternatives = [key + _branches(child) for key, child in sorted(node.items()) if key]
+    if not alternatives:
+        return ""
+    body = alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+    if "" not in node:
+        return body
+    return f"(?:{body})?" if len(alternatives) > 1 or len(body) > 1 else f"{body}?"
 
 
 _PARTY_ROLE: Final = {word: role for role, words in cues.PARTY_CUES.items() for word in words}
 _CUE_ROLE: Final = {**_PARTY_ROLE, **{word: BANK for word in cues.BANK_CUES}}
-_CUE: Final = re.compile(rf"(?:{_alternation(_CUE_ROLE)})(?![\w.])")
+_CUE: Final = re.compile(rf"(?:{alternation(_CUE_ROLE)})(?![\w.])")
 _AFTER_CUE: Final = re.compile(r"[ \t]*:|[ \t]*$|[ \t]{2,}|[ \t]*\(")
-_TITLE: Final = re.compile(rf"[ \t]*(?:(?:{_alternation(cues.TITLE_CUES)})[ \t]*)+[:.]?[ \t]*")
-_DEBIT: Final = re.compile(rf"(?<!\w)(?:{_alternation(cues.DEBIT_CUES)})(?!\w)")
+_TITLE: Final = re.compile(rf"[ \t]*(?:(?:{alternation(cues.TITLE_CUES)})[ \t]*)+[:.]?[ \t]*")
+_DEBIT: Final = re.compile(rf"(?<!\w)(?:{alternation(cues.DEBIT_CUES)})(?!\w)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +139,9 @@ class Document:
     def __init__(self, text: str) -> None:
         self.text = text
         self.lower = lowered(text)
-        self.line_starts = [0]
-        self.line_starts.extend(match.end() for match in re.finditer(r"\n", text))
-        self._blank = [not self._line_text(index).strip() for index in range(len(self.line_starts))]
+        self._lines = text.split("\n")
+        self.line_starts = list(itertools.accumulate((len(line) + 1 for line in self._lines[:-1]), initial=0))
+        self._blank = [not line.strip() for line in self._lines]
         self.block_start = self._blocks()
         self.cues = self._cues()
         self._cues_by_line: dict[int, list[Cue]] = {}
@@ -117,21 +151,14 @@ class Document:
         self._buyer_headings = any(cue.role == cues.BUYER for cue in self.cues)
         amount = _MONEY.search(text)
         self._first_amount_line = self.line_of(amount.start()) if amount is not None else len(self.line_starts)
-        tokens = list(_TOKEN.finditer(text))
-        self.normal = " ".join(token.group() for token in tokens)
-        self._normal_starts: list[int] = []
-        self._original_starts: list[int] = []
-        position = 0
-        for token in tokens:
-            self._normal_starts.append(position)
-            self._original_starts.append(token.start())
-            position += len(token.group()) + 1
-        compact: list[str] = []
-        self._compact_offsets: list[int] = []
-        for run in _ALNUM_RUN.finditer(text):
-            compact.append(_upper(run.group()))
-            self._compact_offsets.extend(range(run.start(), run.end()))
-        self.compact = "".join(compact)
+        # Both copies map back by runs (a token, a run of letters and digits), not by character:
+        # an offset in a copy is its run's start in the source plus the offset inside the run.
+        tokens, self._original_starts = _pieces(_BLANK_SPLIT.split(text))
+        self.normal = " ".join(tokens)
+        self._normal_starts: list[int] = list(map(operator.add, _starts(tokens), range(len(tokens))))  # one blank each
+        runs, self._compact_original_starts = _pieces(_ALNUM_SPLIT.split(text))
+        self.compact = _upper("".join(runs))  # _upper keeps every character in its place
+        self._compact_starts = _starts(runs)
 
     # -- lines -------------------------------------------------------------------------------
 
@@ -147,12 +174,15 @@ class Document:
         return offset - self.line_starts[self.line_of(offset)]
 
     def _line_text(self, index: int) -> str:
-        start = self.line_starts[index]
-        end = self.line_starts[index + 1] - 1 if index + 1 < len(self.line_starts) else len(self.text)
-        return self.text[start:end].rstrip("\r")
+        return self._lines[index].rstrip("\r")
 
     def line_text(self, index: int) -> str:
         return self._line_text(index)
+
+    def line_span(self, index: int) -> tuple[int, int]:
+        """[start, end) of line `index` in the text, without its newline (a `\r` before it included)."""
+        start = self.line_starts[index]
+        return start, start + len(self._lines[index])
 
     def _blocks(self) -> list[int]:
         starts: list[int] = []
@@ -302,8 +332,8 @@ class Document:
         found = []
         position = self.compact.find(needle)
         while position != -1:
-            first = self._compact_offsets[position]
-            last = self._compact_offsets[position + len(needle) - 1]
+            first = self._compact_original(position)
+            last = self._compact_original(position + len(needle) - 1)
             clean_start = first == 0 or _ALNUM_RUN.match(self.text, first - 1) is None
             clean_end = last + 1 >= len(self.text) or _ALNUM_RUN.match(self.text, last + 1) is None
             inside = within is None or (within[0] <= first and last < within[1])
@@ -311,6 +341,28 @@ class Document:
                 found.append(first)
             position = self.compact.find(needle, position + 1)
         return found
+
+    def _compact_original(self, compact_offset: int) -> int:
+        """The source offset of a character of the compacted text."""
+        index = bisect.bisect_right(self._compact_starts, compact_offset) - 1
+        return self._compact_original_starts[index] + (compact_offset - self._compact_starts[index])
+
+
+def _starts(pieces: Sequence[str]) -> list[int]:
+    """Where each of `pieces` starts once they are joined."""
+    return list(itertools.accumulate(map(len, pieces[:-1]), initial=0)) if pieces else []
+
+
+def _pieces(split: list[str]) -> tuple[list[str], list[int]]:
+    """The pieces a capturing `re.split` kept between its separators, with their offsets in the
+    text (a split alternates piece, separator, piece, ...; the first and last piece may be empty)."""
+    starts = _starts(split)
+    pieces, offsets = split[0::2], starts[0::2]
+    if pieces and not pieces[-1]:
+        del pieces[-1], offsets[-1]
+    if pieces and not pieces[0]:
+        del pieces[0], offsets[0]
+    return pieces, offsets
 
 
 def _upper(text: str) -> str:
@@ -335,22 +387,34 @@ def _label_key(label: str) -> str:
 
 def classify_by_occurrence(label: str, tables: dict[str, Sequence[str]]) -> str | None:
     """The table with the cue that occurs earliest in `label` (the longer one on a tie), or None."""
-    best: tuple[int, int, str] | None = None
-    for name, words in tables.items():
-        for word in words:
-            position = label.find(word)
-            if position != -1 and (best is None or (position, -len(word)) < (best[0], best[1])):
-                best = (position, -len(word), name)
-    return best[2] if best is not None else None
+    pattern, owner = _table_index(tables)
+    found = pattern.search(label)  # leftmost, and the longest cue there: the alternation's order
+    return owner[found.group()] if found is not None else None
 
 
 def classify_label(label: str, tables: dict[str, Sequence[str]]) -> str | None:
     """The table whose longest cue starts `label` as whole words (`invoice date` is a date, not
     an invoice number), or None."""
-    best: tuple[int, str] | None = None
-    for name, words in tables.items():
-        for word in words:
-            if label == word or (label.startswith(word) and not label[len(word)].isalnum()):
-                if best is None or len(word) > best[0]:
-                    best = (len(word), name)
-    return best[1] if best is not None else None
+    _, owner = _table_index(tables)
+    if label in owner:
+        return owner[label]
+    for end in range(len(label) - 1, 0, -1):  # the longest cue first: it ends where a word does
+        if not label[end].isalnum() and label[:end] in owner:
+            return owner[label[:end]]
+    return None
+
+
+_TABLE_INDEXES: dict[int, tuple[dict[str, Sequence[str]], re.Pattern[str], dict[str, str]]] = {}
+
+
+def _table_index(tables: dict[str, Sequence[str]]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """For cue tables (module constants, built once): a pattern finding any cue, and the table each
+    cue belongs to (the first table listing it, as a scan of the tables in order finds it)."""
+    cached = _TABLE_INDEXES.get(id(tables))
+    if cached is None or cached[0] is not tables:
+        owner: dict[str, str] = {}
+        for name, words in tables.items():
+            for word in words:
+                owner.setdefault(word, name)
+        cached = _TABLE_INDEXES[id(tables)] = (tables, re.compile(alternation(owner, blank=" ")), owner)
+    return cached[1], cached[2]

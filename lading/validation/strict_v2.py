@@ -78,16 +78,17 @@ checks.TOLERANCE per line when tax_total is compared with sum(amount x rate)."""
 _HUNDRED = decimal.Decimal(100)
 _PERCENT = re.compile(r"%[ \t]?(?P<a>\d{1,2}(?:[.,]\d{1,2})?)(?!\d)|(?<![\d.,])(?P<b>\d{1,2}(?:[.,]\d{1,2})?)[ \t]?%")
 _AMOUNT_ON_LINE = re.compile(r"\d[.,]\d{2}(?!\d)")
-_ISO_MARK = re.compile(rf"(?<![A-Za-z])(?:{'|'.join(sorted(cues.ISO_CURRENCIES))})(?![A-Za-z])")
+_ISO_MARK = re.compile(rf"(?<![A-Za-z])(?:{layout.alternation(cues.ISO_CURRENCIES)})(?![A-Za-z])")
 _SYMBOL_MARK = re.compile(r"US\$|[€£₺$¥]|(?<![A-Za-z])TL(?![A-Za-z])")
+_MARK = re.compile(rf"(?P<iso>{_ISO_MARK.pattern})|(?P<symbol>{_SYMBOL_MARK.pattern})")
+"""Both kinds of marks in one pass: no text is both (an ISO code is three letters, a symbol holds no
+three letters), and none starts inside another, so the pass finds what the two patterns find."""
 _TERM = re.compile(rf"(?<!\d)(?P<days>\d{{1,3}})[ \t]*(?:{'|'.join(cues.TERM_DAYS)})(?!\w)")
 _LANGUAGE_WORDS: Final[dict[str, tuple[str, ...]]] = {}
 for _language, _words in cues.LANGUAGE_CUES.items():
     for _word in _words:
         _LANGUAGE_WORDS[_word] = (*_LANGUAGE_WORDS.get(_word, ()), _language)
-_LANGUAGE = re.compile(
-    rf"(?<!\w)(?:{'|'.join(re.escape(w) for w in sorted(_LANGUAGE_WORDS, key=len, reverse=True))})(?!\w)"
-)
+_LANGUAGE = re.compile(rf"(?<!\w)(?:{layout.alternation(_LANGUAGE_WORDS, blank=re.escape(' '))})(?!\w)")
 _NUMBER_LABELS: Final[dict[str, Sequence[str]]] = {
     "invoice": cues.INVOICE_NUMBER_CUES,
     "other": cues.OTHER_NUMBER_CUES,
@@ -144,6 +145,11 @@ class _Judge:
         self.doc = doc
         self.default_currency = default_currency
         self._printed_dates: list[dates.PrintedDate] | None = None
+        self._country: tuple[str | None] | None = None
+        self._locale: tuple[bool | None] | None = None
+        self._amount_lines: dict[int, bool] = {}
+        self._line_dates: dict[int, list[dates.PrintedDate]] = {}
+        self._rates: set[decimal.Decimal] | None = None
         iban = inv.supplier.iban
         self.iban_offsets = doc.find_compact(iban) if iban else []
 
@@ -201,6 +207,11 @@ class _Judge:
     # -- currency ----------------------------------------------------------------------------
 
     def _supplier_country(self) -> str | None:
+        if self._country is None:
+            self._country = (self._read_supplier_country(),)
+        return self._country[0]
+
+    def _read_supplier_country(self) -> str | None:
         for value in (self.inv.supplier.vat_id, self.inv.supplier.iban):
             if value:
                 compact = "".join(char for char in value if char.isalnum()).upper()
@@ -215,19 +226,24 @@ class _Judge:
         shown: list[tuple[int, str]] = []
         ambiguous: list[tuple[int, str]] = []
         text = self.doc.text
-        for pattern in (_ISO_MARK, _SYMBOL_MARK):
-            for match in pattern.finditer(text):
-                offset = match.start()
-                line = self.doc.line_text(self.doc.line_of(offset))
-                labelled = layout.classify_label(self.doc.label_at(offset), _CURRENCY_LABELS) is not None
-                if not labelled and _AMOUNT_ON_LINE.search(line) is None:
-                    continue
-                mark = match.group()
-                if (mark == "$" and country in cues.DOLLAR_COUNTRIES) or (mark == "¥" and country == "CN"):
-                    ambiguous.append((offset, mark))
-                else:
-                    shown.append((offset, cues.CURRENCY_SYMBOLS.get(mark, mark)))
+        matches = list(_MARK.finditer(text))
+        for match in [m for m in matches if m.lastgroup == "iso"] + [m for m in matches if m.lastgroup != "iso"]:
+            offset = match.start()  # ISO codes first, then symbols, each in document order
+            if not self._amount_on_line(self.doc.line_of(offset)) and layout.classify_label(
+                    self.doc.label_at(offset), _CURRENCY_LABELS) is None:
+                continue
+            mark = match.group()
+            if (mark == "$" and country in cues.DOLLAR_COUNTRIES) or (mark == "¥" and country == "CN"):
+                ambiguous.append((offset, mark))
+            else:
+                shown.append((offset, cues.CURRENCY_SYMBOLS.get(mark, mark)))
         return shown, ambiguous
+
+    def _amount_on_line(self, line: int) -> bool:
+        amounts = self._amount_lines.get(line)
+        if amounts is None:
+            amounts = self._amount_lines[line] = _AMOUNT_ON_LINE.search(self.doc.line_text(line)) is not None
+        return amounts
 
     def currency(self) -> list[verdicts.FailedCheck]:
         inv = self.inv
@@ -330,11 +346,33 @@ class _Judge:
     # -- dates -------------------------------------------------------------------------------
 
     def _dates(self) -> list[dates.PrintedDate]:
+        """Every date printed in the document (read once, when a date is not quoted)."""
         if self._printed_dates is None:
             self._printed_dates = dates.find(self.doc.lower)
         return self._printed_dates
 
+    def _dates_on_lines(self, spans: Sequence[tuple[int, int]]) -> list[dates.PrintedDate]:
+        """The dates printed on the lines `spans` cover, in document order: a quoted date is looked
+        for on its own lines only, each line read once per validation."""
+        lines = sorted({line for start, end in spans
+                        for line in range(self.doc.line_of(start), self.doc.line_of(max(start, end - 1)) + 1)})
+        if self._printed_dates is not None:
+            return [d for d in self._printed_dates if self.doc.line_of(d.start) in lines]
+        found = []
+        for line in lines:
+            on_line = self._line_dates.get(line)
+            if on_line is None:
+                start, end = self.doc.line_span(line)
+                on_line = self._line_dates[line] = dates.find(self.doc.lower, start=start, end=end)
+            found.extend(on_line)
+        return found
+
     def _day_first(self) -> bool | None:
+        if self._locale is None:
+            self._locale = (self._read_day_first(),)
+        return self._locale[0]
+
+    def _read_day_first(self) -> bool | None:
         country = self._supplier_country()
         if country is not None:
             return country not in cues.MONTH_FIRST_COUNTRIES
@@ -361,21 +399,21 @@ class _Judge:
         return failures
 
     def _date(self, path: str, value: dt.date, *, allowed: set[str | None]) -> verdicts.FailedCheck | None:
-        printed = self._dates()
         quote = self.inv.evidence.get(path)
         if quote is not None and quote.strip():
             spans = self.doc.find_quote(quote)
             if not spans:
                 return None  # v1's evidence_not_in_source names it
-            candidates = [d for d in printed if any(start <= d.start and d.end <= end for start, end in spans)]
+            candidates = [d for d in self._dates_on_lines(spans)
+                          if any(start <= d.start and d.end <= end for start, end in spans)]
             if not candidates:
                 return self._fail(DATE_NOT_IN_SOURCE, path, "the quote shows no date", quote=quote,
                                   offset=spans[0][0])
         else:
-            candidates = [d for d in printed if value in d.readings]
+            candidates = [d for d in self._dates() if value in d.readings]
             if not candidates:
                 return self._fail(DATE_NOT_IN_SOURCE, path, f"{value.isoformat()} is printed nowhere in the document")
-        day_first = self._day_first()
+        day_first = self._day_first() if any(d.ambiguous for d in candidates) else None  # only they need it
         reading = [(d, dates.resolve(d, day_first=day_first)) for d in candidates]
         fitting = [d for d, resolved in reading if resolved == value]
         labelled = [(d, layout.classify_label(self.doc.label_at(d.start), _DATE_LABELS))
@@ -415,10 +453,6 @@ class _Judge:
     def tax(self) -> list[verdicts.FailedCheck]:
         inv = self.inv
         failures = []
-        printed: set[decimal.Decimal] = set()
-        for match in _PERCENT.finditer(self.doc.text):
-            number = (match.group("a") or match.group("b")).replace(",", ".")
-            printed.add(decimal.Decimal(number))
         rates = {invoice.money(line.tax_rate) for line in inv.lines}
         follows = len(rates) == 1 and self._rate_follows(next(iter(rates)))
         expected = decimal.Decimal(0)
@@ -434,7 +468,7 @@ class _Judge:
                                                f"the quote does not show the rate {line.tax_rate}%",
                                                quote=quote, offset=spans[0][0]))
                 continue
-            if rate not in printed and not follows:
+            if not follows and rate not in self._printed_rates():
                 failures.append(self._fail(TAX_RATE_NOT_IN_SOURCE, path,
                                            f"the rate {line.tax_rate}% is printed nowhere and does not follow from "
                                            f"subtotal and tax_total"))
@@ -449,6 +483,22 @@ class _Judge:
                 quote=quote, offset=spans[0][0] if spans else None,
             ))
         return failures
+
+    def _printed_rates(self) -> set[decimal.Decimal]:
+        """Every percentage printed in the document, read once and only when a rate is not quoted:
+        on the lines holding a `%` (a percentage never spans two lines)."""
+        if self._rates is None:
+            self._rates = set()
+            text = self.doc.text
+            lines: set[int] = set()
+            sign = text.find("%")
+            while sign != -1:
+                lines.add(self.doc.line_of(sign))
+                sign = text.find("%", sign + 1)
+            for line in sorted(lines):
+                start, end = self.doc.line_span(line)
+                self._rates.update(_percentages(text, start=start, end=end))
+        return self._rates
 
     def _rate_follows(self, rate: decimal.Decimal) -> bool:
         subtotal = invoice.money(self.inv.subtotal)
@@ -501,8 +551,9 @@ _DATE_ROLE_NAMES: Final[dict[str | None, str]] = {
 }
 
 
-def _percentages(text: str) -> set[decimal.Decimal]:
-    return {decimal.Decimal((m.group("a") or m.group("b")).replace(",", ".")) for m in _PERCENT.finditer(text)}
+def _percentages(text: str, *, start: int = 0, end: int | None = None) -> set[decimal.Decimal]:
+    return {decimal.Decimal((m.group("a") or m.group("b")).replace(",", "."))
+            for m in _PERCENT.finditer(text, start, len(text) if end is None else end)}
 
 
 def _same(a: str, b: str) -> bool:
