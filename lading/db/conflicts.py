@@ -28,6 +28,8 @@ from typing import Final, TypeVar
 
 import asyncpg
 
+from lading import looping
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -51,9 +53,9 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 def pause_s(retry: int, *, base_s: float, cap_s: float, rand: Callable[[], float] = random.random) -> float:
-    """Full jitter: a uniform wait in [0, min(cap, base * 2^(retry-1))] before retry number `retry`."""
-    exponent = min(max(retry - 1, 0), 30)
-    return rand() * min(cap_s, base_s * 2.0**exponent)
+    """Full jitter: a uniform wait in [0, min(cap, base * 2^(retry-1))] before retry number `retry`
+    (the one backoff of every loop, `lading.looping.full_jitter`)."""
+    return looping.full_jitter(retry, base_s=base_s, cap_s=cap_s, rand=rand)
 
 
 async def retrying(

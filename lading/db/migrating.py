@@ -2,7 +2,7 @@
 Versioned SQL migrations: `migrations/NNNN_name.sql`, applied in order, each in its own
 transaction, recorded in `schema_migrations` with a checksum.
 
-Safe when many processes start at once (every worker replica migrates on start): the
+Safe when several `lading migrate` runs start at once (a hook Job retried beside a manual run): the
 whole run holds a session-level advisory lock, so the second process waits, then finds
 nothing left to do. A database that holds a migration this code does not know, or one
 whose file changed after it was applied, is refused rather than "fixed".
