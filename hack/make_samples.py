@@ -114,7 +114,7 @@ def quickstart_yaml(samples: list[generator.Sample]) -> str:
                 "deliveryEndpointRef": {"name": "erp"},
                 "priority": "normal",
                 "deadlineSeconds": 3600,
-                "validationPolicy": "invoice-strict-v1",
+                "validationPolicy": "invoice-strict-v2",
                 "documents": [{"key": s.key, "text": s.text} for s in samples],
             },
         },

@@ -80,9 +80,13 @@ _PERCENT = re.compile(r"%[ \t]?(?P<a>\d{1,2}(?:[.,]\d{1,2})?)(?!\d)|(?<![\d.,])(
 _AMOUNT_ON_LINE = re.compile(r"\d[.,]\d{2}(?!\d)")
 _ISO_MARK = re.compile(rf"(?<![A-Za-z])(?:{layout.alternation(cues.ISO_CURRENCIES)})(?![A-Za-z])")
 _SYMBOL_MARK = re.compile(r"US\$|[€£₺$¥]|(?<![A-Za-z])TL(?![A-Za-z])")
-_MARK = re.compile(rf"(?P<iso>{_ISO_MARK.pattern})|(?P<symbol>{_SYMBOL_MARK.pattern})")
-"""Both kinds of marks in one pass: no text is both (an ISO code is three letters, a symbol holds no
-three letters), and none starts inside another, so the pass finds what the two patterns find."""
+_MARK = re.compile(
+    rf"(?P<iso>(?:{layout.alternation(cues.ISO_CURRENCIES)})(?<![A-Za-z][A-Z]{{3}})(?![A-Za-z]))"
+    r"|(?P<symbol>US\$|[€£₺$¥]|TL(?<![A-Za-z]TL)(?![A-Za-z]))"
+)
+"""_ISO_MARK and _SYMBOL_MARK in one pass: no text is both (an ISO code is three letters, a symbol
+holds no three letters) and none starts inside another, so the pass finds what the two patterns
+find. The letter before a code is checked after the code (a cheap miss at most positions)."""
 _TERM = re.compile(rf"(?<!\d)(?P<days>\d{{1,3}})[ \t]*(?:{'|'.join(cues.TERM_DAYS)})(?!\w)")
 _LANGUAGE_WORDS: Final[dict[str, tuple[str, ...]]] = {}
 for _language, _words in cues.LANGUAGE_CUES.items():
