@@ -56,7 +56,7 @@ def validate(
 ) -> verdicts.Verdict:
     """
     Judge `result` (a provider's output) against the document's `source_text` by `policy`.
-    `default_currency`: the ISO code the pool or batch names for documents that show no
+    `default_currency`: the ISO code the pool names (`spec.defaultCurrency`) for documents that show no
     currency (`invoice-strict-v2` only; v1 never looks at it). Never raises for a bad result,
     however malformed: that is what the verdict is for. Raises `errors.UnknownPolicy` if no
     policy has that name.

@@ -8,7 +8,7 @@ field, where on the page it came from and whether that place supports it in its 
 
     currency             an ISO code or an unambiguous symbol next to the amounts (or in a
                          `Currency:` field) shows the booked currency; a document showing none
-                         needs a default currency named by the pool or batch; several
+                         needs a default currency named by its pool; several
                          currencies are decided by the total's own line
     parties              supplier and buyer names and VAT ids occur in the document (VAT ids
                          with spaces, dots and dashes ignored) under their own role: a buyer
