@@ -47,7 +47,7 @@ from collections.abc import Callable
 import asyncpg
 import prometheus_client
 
-from lading import errors, failpoints, limiting, metrics, storable, urls
+from lading import errors, failpoints, limiting, looping, metrics, storable, urls
 from lading.db import jobs
 from lading.documents import fetching
 from lading.jobs import retry, transitions
@@ -207,8 +207,8 @@ class Executor:
         total = limiting.estimate_tokens(job.text or "", max_output_tokens=output)
         return limiting.Reservation(prompt_tokens=total - output, output_tokens=output)
 
-    @staticmethod
     async def _settle(
+            self,
             limiter: limiting.PoolLimiter,
             permit: limiting.Permit,
             reservation: limiting.Reservation,
@@ -231,7 +231,11 @@ class Executor:
                 left_s = await limiter.cool_down(asked_s)
                 return dataclasses.replace(outcome, retry_after_s=max(left_s, outcome.retry_after_s or 0.0))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            pass  # the permit expires by itself; the outcome must still be committed
+            # The outcome must still be committed, so the release goes on in the background: left to
+            # expire, the permits of every attempt that finished during a database outage would hold
+            # the pool's whole concurrency for permit_ttl_s after the database came back.
+            self._releasing.add(task := asyncio.create_task(_release_until_done(limiter, permit, tokens_used)))
+            task.add_done_callback(self._releasing.discard)
         return outcome
 
     @functools.cache  # noqa: B019 - one executor per worker, a handful of pools: bounded
@@ -416,3 +420,22 @@ class Executor:
             output_sha256=digest,
             usage=usage,
         )
+
+
+RELEASE_RETRY_BASE_S = 0.2
+RELEASE_RETRY_CAP_S = 5.0
+
+
+async def _release_until_done(limiter: limiting.PoolLimiter, permit: limiting.Permit, tokens_used: int | None) -> None:
+    """Release `permit` once the database answers again (jittered backoff), until the permit would
+    have expired by itself anyway; a release that keeps failing after that changes nothing."""
+    give_up_at = time.monotonic() + limiter.settings.permit_ttl_s
+    failures = 0
+    while time.monotonic() < give_up_at:
+        failures += 1
+        await asyncio.sleep(looping.full_jitter(failures, base_s=RELEASE_RETRY_BASE_S, cap_s=RELEASE_RETRY_CAP_S))
+        try:
+            await limiter.release(permit, tokens_used=tokens_used)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            continue
+        return
