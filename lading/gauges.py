@@ -63,14 +63,47 @@ async def refreshing(database_url: str, *, settings: GaugeSettings | None = None
             raise failure
 
 
+class Election:
+    """One process among every replica holds session-level advisory lock `key` on a dedicated
+    connection; `leader` tells whether this one does. Used by the gauge refresher and the cleaner
+    (`lading.cleaning`), each with its own key, so they may be elected in different processes."""
+
+    def __init__(self, database_url: str, *, key: int, what: str) -> None:
+        self._url = database_url
+        self._key = key
+        self._what = what
+        self.conn: asyncpg.Connection | None = None
+        self.leader = False
+
+    async def stand(self) -> asyncpg.Connection | None:
+        """Try to be (or stay) the leader; the election's connection if elected, else None."""
+        if self.conn is None or self.conn.is_closed():
+            self.conn = await dbpool.connect(self._url)
+            self.leader = False
+        if not self.leader:
+            self.leader = await locks.try_session_lock(self.conn, key=self._key)
+            if self.leader:
+                logger.info("Elected to %s", self._what)
+        return self.conn if self.leader else None
+
+    async def resign(self) -> None:
+        self.leader = False
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await self.conn.close()  # closing the session releases the advisory lock
+            self.conn = None
+
+
 class GaugeRefresher:
     """Runs the election and the refresh loop for one process; `leader` tells whether it is elected."""
 
     def __init__(self, database_url: str, *, settings: GaugeSettings | None = None) -> None:
-        self._url = database_url
         self.settings = settings or GaugeSettings()
-        self._conn: asyncpg.Connection | None = None
-        self.leader = False
+        self._election = Election(database_url, key=ELECTION_LOCK_KEY, what="refresh database gauges")
+
+    @property
+    def leader(self) -> bool:
+        return self._election.leader
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         try:
@@ -86,26 +119,16 @@ class GaugeRefresher:
 
     async def run_once(self) -> bool:
         """Try to be (or stay) the leader; refresh the gauges if so. Returns whether it refreshed."""
-        if self._conn is None or self._conn.is_closed():
-            self._conn = await dbpool.connect(self._url)
-            self.leader = False
-        if not self.leader:
-            self.leader = await locks.try_session_lock(self._conn, key=ELECTION_LOCK_KEY)
-            if self.leader:
-                logger.info("Elected to refresh database gauges")
-        if not self.leader:
+        conn = await self._election.stand()
+        if conn is None:
             _clear()
             return False
-        await refresh(self._conn)
+        await refresh(conn)
         return True
 
     async def _resign(self) -> None:
-        self.leader = False
         _clear()
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()  # closing the session releases the advisory lock
-            self._conn = None
+        await self._election.resign()
 
 
 async def refresh(conn: asyncpg.Connection) -> None:

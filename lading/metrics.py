@@ -127,6 +127,17 @@ GAUGE_REFRESHES = prom.Counter(
     "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
 )
 
+# Retention: the cleaner, run by one elected process (lading/cleaning.py).
+CLEANER_DELETED = prom.Counter(
+    "lading_cleaner_deleted_total", "Rows deleted by the cleaner past their retention, per table", ["table"]
+)
+CLEANER_OLDEST_AGE = prom.Gauge(
+    "lading_cleaner_oldest_retained_age_seconds",
+    "Age of the oldest row the cleaner could delete once past its retention, per table (absent when none; "
+    "far above the retention: the cleaner is behind or not running)",
+    ["table"],
+)
+
 # Events: the outbox relay and the broker ingress inbox (lading/events/).
 OUTBOX_OLDEST_UNPUBLISHED_AGE = prom.Gauge(
     "lading_outbox_oldest_unpublished_age_seconds",

@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from lading import health, logs, schema
+from lading import cleaning, health, logs, schema
 from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
@@ -98,6 +98,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here (e.g. 0.0.0.0:9464 in a pod); off by default",
     )
+    _add_cleaner_arguments(parser)
+
+
+_RETENTION_FLAGS = (
+    ("--retain-published-events-hours", "outbox_published_s", "published outbox events, after publication"),
+    ("--retain-inbox-hours", "inbox_s", "ingress inbox rows: the dedup window (at least 24)"),
+    ("--retain-quarantine-hours", "quarantine_s", "quarantined inbox redeliveries"),
+    ("--retain-delivered-hours", "delivered_s", "DELIVERED deliveries and their attempts, after delivery"),
+    ("--retain-stale-completions-hours", "stale_completions_s", "stale-completion records"),
+    ("--retain-limiter-hours", "limiter_s", "limiter permits holding no slot, and per-second sums"),
+)
+"""`lading worker` retention flags, in hours, and the CleanerSettings field (seconds) each sets."""
+
+
+def _add_cleaner_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("retention (the cleaner runs in one elected worker; docs/operations.md)")
+    group.add_argument("--cleaner-interval", type=float, default=cleaning.CleanerSettings.interval_s,
+                       help="seconds between cleaning rounds")
+    group.add_argument("--cleaner-batch", type=int, default=cleaning.CleanerSettings.batch_size,
+                       help="rows per DELETE statement")
+    group.add_argument("--cleaner-max-batches", type=int, default=cleaning.CleanerSettings.max_batches,
+                       help="DELETE statements per table per round")
+    for flag, field, what in _RETENTION_FLAGS:
+        default_h = getattr(cleaning.CleanerSettings, field) / cleaning.HOUR_S
+        group.add_argument(flag, type=float, default=default_h, help=f"keep {what} this long (default {default_h:g})")
+
+
+def cleaner_from(args: argparse.Namespace) -> cleaning.CleanerSettings:
+    """The cleaner's settings from the flags; a ValueError names the flag's field that is wrong."""
+    retentions = {
+        field: getattr(args, flag.removeprefix("--").replace("-", "_")) * cleaning.HOUR_S
+        for flag, field, _ in _RETENTION_FLAGS
+    }
+    return cleaning.CleanerSettings(
+        interval_s=args.cleaner_interval, batch_size=args.cleaner_batch, max_batches=args.cleaner_max_batches,
+        **retentions,
+    )
 
 
 def settings_from(args: argparse.Namespace) -> WorkerProcessSettings:
@@ -163,6 +200,7 @@ async def serve(
         http: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
         events: broker.BrokerConfig | None = None,
+        cleaner: cleaning.CleanerSettings | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -177,6 +215,7 @@ async def serve(
         await running.run_worker(
             dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None,
             provider_url=os.environ.get(PROVIDER_URL_ENV) or None, delivery=delivery, events=events,
+            cleaner=cleaner,
         )
 
 
@@ -191,9 +230,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         delivery = delivery_from(args)
         settings = settings_from(args)
+        cleaner = cleaner_from(args)
     except ValueError as exc:
         raise SystemExit(f"lading worker: {exc}") from None
-    asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery, events=events_from(args)))
+    asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery, events=events_from(args),
+                      cleaner=cleaner))
     return 0
 
 

@@ -12,6 +12,7 @@ The Worker: every loop of one worker process wired as a named task, here and now
     ingress consumer RabbitMQ events into the inbox          (with --amqp-url; consuming.py)
     limiter client   the pool's shared rate limiter (lading.limiting), for non-builtin pools
     gauge refresher  database gauges, one elected process at a time (lading.gauges; run_worker)
+    cleaner          deletes rows past their retention, one elected process (lading.cleaning; run_worker)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -30,7 +31,7 @@ import socket
 
 import asyncpg
 
-from lading import gauges, limiting, looping
+from lading import cleaning, gauges, limiting, looping
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.documents import fetching
@@ -195,12 +196,14 @@ async def run_worker(
         provider_url: str | None = None,
         delivery: dispatching.DeliveryConfig | None = None,
         events: broker.BrokerConfig | None = None,
+        cleaner: cleaning.CleanerSettings | None = None,
 ) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))
     try:
         # Every worker stands for election; one across all replicas refreshes the database gauges.
-        async with gauges.refreshing(dsn):
+        # Likewise one, elected apart, deletes what is past its retention.
+        async with gauges.refreshing(dsn), cleaning.cleaning(dsn, settings=cleaner):
             await Worker(
                 db, settings=settings, api_key=api_key, provider_url=provider_url, delivery=delivery, events=events
             ).run(stop)

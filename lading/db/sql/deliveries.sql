@@ -290,3 +290,25 @@ SELECT e.breaker_state, e.auth_failing, e.last_auth_status,
        (SELECT count(*) FROM deliveries d WHERE d.endpoint = e.name AND d.state = 'UNKNOWN_EXTERNAL')::bigint AS unknown,
        (SELECT count(*) FROM deliveries d WHERE d.endpoint = e.name AND d.state = 'FAILED_TERMINAL')::bigint AS failed
   FROM endpoints e WHERE e.name = $1;
+
+-- name: delivery_delete_delivered
+-- Retention (lading/cleaning.py): at most $2 deliveries DELIVERED more than $1 seconds ago, with
+-- their attempt rows (parent locked before child; SKIP LOCKED, so a redelivery holding one is
+-- passed over). Every other state is still needed and never qualifies (deliveries_delivered,
+-- migration 0016). Returns how many deliveries went.
+WITH doomed AS (
+    SELECT delivery_id FROM deliveries
+     WHERE state = 'DELIVERED' AND delivered_at < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY delivered_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), attempts_gone AS (
+    DELETE FROM delivery_attempts a USING doomed d WHERE a.delivery_id = d.delivery_id RETURNING 1
+), gone AS (
+    DELETE FROM deliveries x USING doomed d WHERE x.delivery_id = d.delivery_id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: delivery_oldest_delivered_age
+SELECT extract(epoch FROM clock_timestamp() - min(delivered_at))::float8
+  FROM deliveries WHERE state = 'DELIVERED';

@@ -88,3 +88,38 @@ SELECT w.o_requests AS requests, w.o_tokens AS tokens,
        (SELECT count(*) FROM limiter_permits l
          WHERE l.pool = $1 AND l.released_at IS NULL AND l.expires_at > clock_timestamp()) AS in_flight
   FROM lading_limiter_window($1, clock_timestamp() - make_interval(secs => $2)) w;
+
+-- name: limiter_permit_delete_expired
+-- Retention (lading/cleaning.py): at most $2 permits acquired more than $1 seconds ago that no
+-- longer hold a slot (released, or past their expiry). A held permit never qualifies, whatever
+-- its age. Oldest first through limiter_permits_acquired (migration 0016); SKIP LOCKED.
+WITH doomed AS (
+    SELECT id FROM limiter_permits
+     WHERE acquired_at < clock_timestamp() - make_interval(secs => $1)
+       AND (released_at IS NOT NULL OR expires_at < clock_timestamp())
+     ORDER BY acquired_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM limiter_permits p USING doomed d WHERE p.id = d.id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: limiter_permit_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(acquired_at))::float8 FROM limiter_permits;
+
+-- name: limiter_second_delete_expired
+-- Retention: at most $2 per-second sums older than $1 seconds (limiter_seconds_second).
+WITH doomed AS (
+    SELECT pool, second FROM limiter_seconds
+     WHERE second < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY second
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM limiter_seconds s USING doomed d WHERE s.pool = d.pool AND s.second = d.second RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: limiter_second_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(second))::float8 FROM limiter_seconds;

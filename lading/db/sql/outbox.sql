@@ -142,3 +142,58 @@ SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_as
            AS unpublished,
        (SELECT created_at FROM oldest) AS oldest_at,
        extract(epoch FROM now() - (SELECT created_at FROM oldest))::float8 AS oldest_age_s;
+
+-- Retention (lading/cleaning.py). Each delete takes at most $2 rows past a retention of $1
+-- seconds, oldest first through a partial index (migration 0016), locked SKIP LOCKED so it
+-- never waits on the relay; each returns how many rows went. Each `_oldest` query is the age in
+-- seconds of the oldest row the delete could take one day (NULL when none).
+
+-- name: outbox_delete_published
+-- Published events only: an unpublished or set-aside event (published_at NULL) never qualifies.
+WITH doomed AS (
+    SELECT id FROM outbox_events
+     WHERE published_at < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY published_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM outbox_events o USING doomed d WHERE o.id = d.id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: outbox_oldest_published_age
+SELECT extract(epoch FROM clock_timestamp() - min(published_at))::float8
+  FROM outbox_events WHERE published_at IS NOT NULL;
+
+-- name: inbox_delete_expired
+-- Inbox rows past the dedup retention: a redelivery of one of them would be applied again, so
+-- the retention is bounded below in CleanerSettings.
+WITH doomed AS (
+    SELECT event_id FROM execution_inbox
+     WHERE received_at < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY received_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM execution_inbox i USING doomed d WHERE i.event_id = d.event_id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: inbox_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(received_at))::float8 FROM execution_inbox;
+
+-- name: inbox_quarantine_delete_expired
+WITH doomed AS (
+    SELECT event_id, digest FROM inbox_quarantine
+     WHERE received_at < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY received_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM inbox_quarantine q USING doomed d
+     WHERE q.event_id = d.event_id AND q.digest = d.digest RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: inbox_quarantine_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(received_at))::float8 FROM inbox_quarantine;

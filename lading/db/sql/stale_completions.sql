@@ -4,3 +4,20 @@
 -- name: stale_completion_count_report
 -- Completions discarded in the last $1 seconds (stale_completions_at, migration 0002).
 SELECT count(*)::bigint FROM stale_completions WHERE at > now() - make_interval(secs => $1);
+
+-- name: stale_completion_delete_expired
+-- Retention (lading/cleaning.py): at most $2 records older than $1 seconds, oldest first through
+-- stale_completions_at. The table has no key: rows are named by ctid within the statement.
+WITH doomed AS (
+    SELECT ctid AS row_id FROM stale_completions
+     WHERE at < clock_timestamp() - make_interval(secs => $1)
+     ORDER BY at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM stale_completions s USING doomed d WHERE s.ctid = d.row_id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: stale_completion_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(at))::float8 FROM stale_completions;

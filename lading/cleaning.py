@@ -1,0 +1,209 @@
+"""
+The cleaner: rows that nothing needs any more are deleted after a retention, so the database
+does not grow for ever.
+
+What goes, each after its own retention (`CleanerSettings`): published outbox events, ingress
+inbox rows and quarantined redeliveries, delivered deliveries with their attempts, stale-
+completion records, limiter permits that hold no slot and the limiter's per-second sums. What
+never goes, whatever its age: an unpublished (or set-aside) event, a delivery in any state but
+DELIVERED, a permit still holding a slot. The predicates that say so are in the SQL
+(`lading/db/retention.py` names each query), next to the index each delete walks.
+
+Why bounded batches: one `DELETE` of a month of rows would hold its locks, bloat the WAL and
+stall replication for as long as it runs. Each statement here takes at most `batch_size` rows,
+oldest first through an index, `FOR UPDATE SKIP LOCKED` (it never waits on the relay, the
+dispatcher or the limiter, and they never wait long on it), and commits on its own; a round
+stops a table after `max_batches` batches so one huge backlog cannot starve the others, and
+the next round goes on where it stopped.
+
+Why elected: two cleaners would only race for the same rows. Every worker runs a `Cleaner`, and
+the one holding the cleaner's advisory lock cleans (the gauge refresher's `Election`, with its
+own key, so the two jobs may land in different processes). The others export no cleaner gauges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
+
+import asyncpg
+
+from lading import gauges, looping, metrics
+from lading.db import retention
+
+logger = logging.getLogger(__name__)
+
+ELECTION_LOCK_KEY: Final = 0x6C6164696E6743  # "ladingC": the cleaner's election, apart from the gauges'
+
+HOUR_S: Final = 3600.0
+DAY_S: Final = 24 * HOUR_S
+
+INBOX_RETENTION_MIN_S: Final = DAY_S
+"""The inbox is the ingress dedup window: an event redelivered after its row is gone would be
+applied again. A day outlasts any broker redelivery (the consumer acks within seconds; a
+publisher retrying after a day is a new intent, not a redelivery)."""
+PERMIT_RETENTION_MIN_S: Final = 300.0
+"""Permits inside the limiter's sliding window (61 s) are counted by every acquisition; five
+minutes keeps them with room to spare."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanerSettings:
+    """How long each kind of row is kept, and how hard the cleaner works (`lading worker` flags)."""
+
+    interval_s: float = 60.0
+    """Seconds between rounds. Retentions are hours to days: a minute's delay is invisible, and an
+    idle round costs one indexed probe per table."""
+    batch_size: int = 1000
+    """Rows per DELETE statement: a few milliseconds of locks and WAL each (docs/benchmarks.md),
+    large enough that the per-statement overhead does not dominate."""
+    max_batches: int = 100
+    """Batches per table per round (100,000 rows): a backlog is worked off over several rounds
+    without starving the other tables."""
+    outbox_published_s: float = 7 * DAY_S
+    """Published outbox events, seconds after publication. Consumers dedup by event_id and never
+    read the outbox; a week leaves time to inspect what was sent."""
+    inbox_s: float = 7 * DAY_S
+    """Ingress inbox rows, seconds after receipt: the dedup window (at least a day)."""
+    quarantine_s: float = 30 * DAY_S
+    """Quarantined redeliveries (a differing digest for a known event id): evidence for a
+    human, kept a month."""
+    delivered_s: float = 30 * DAY_S
+    """DELIVERED deliveries and their attempts, seconds after delivery: a month of what the ERP
+    was sent and answered, for reconciliation. After it `deliveries redeliver` answers that the
+    delivery is gone."""
+    stale_completions_s: float = 30 * DAY_S
+    """Stale-completion records: `lading status` reports recent ones; a month is plenty."""
+    limiter_s: float = HOUR_S
+    """Limiter permits that hold no slot, and per-second sums, seconds after acquisition: the
+    window is a minute; an hour leaves the recent history readable."""
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError(f"cleaner interval must be positive, got {self.interval_s}")
+        if self.batch_size < 1 or self.max_batches < 1:
+            raise ValueError(f"cleaner batch size and batches per round must be at least 1, got "
+                             f"{self.batch_size} and {self.max_batches}")
+        for name in ("outbox_published_s", "quarantine_s", "delivered_s", "stale_completions_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"retention {name} must not be negative, got {getattr(self, name)}")
+        if self.inbox_s < INBOX_RETENTION_MIN_S:
+            raise ValueError(f"inbox retention must be at least {INBOX_RETENTION_MIN_S:.0f} s (the dedup "
+                             f"window), got {self.inbox_s}")
+        if self.limiter_s < PERMIT_RETENTION_MIN_S:
+            raise ValueError(f"limiter retention must be at least {PERMIT_RETENTION_MIN_S:.0f} s (the "
+                             f"limiter's window), got {self.limiter_s}")
+
+
+Delete = Callable[..., Awaitable[int]]
+Oldest = Callable[[asyncpg.Connection], Awaitable[float | None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    name: str
+    """The metric label: the table rows are deleted from."""
+    delete: Delete
+    oldest: Oldest
+    retention: Callable[[CleanerSettings], float]
+
+
+TABLES: Final = (
+    Table("outbox_events", retention.delete_published_outbox, retention.oldest_published_outbox_age_s,
+          lambda s: s.outbox_published_s),
+    Table("execution_inbox", retention.delete_expired_inbox, retention.oldest_inbox_age_s, lambda s: s.inbox_s),
+    Table("inbox_quarantine", retention.delete_expired_quarantine, retention.oldest_quarantine_age_s,
+          lambda s: s.quarantine_s),
+    Table("deliveries", retention.delete_delivered, retention.oldest_delivered_age_s, lambda s: s.delivered_s),
+    Table("stale_completions", retention.delete_stale_completions, retention.oldest_stale_completion_age_s,
+          lambda s: s.stale_completions_s),
+    Table("limiter_permits", retention.delete_expired_permits, retention.oldest_permit_age_s,
+          lambda s: s.limiter_s),
+    Table("limiter_seconds", retention.delete_expired_limiter_seconds, retention.oldest_limiter_second_age_s,
+          lambda s: s.limiter_s),
+)
+"""Every table the cleaner keeps small, in the order a round visits them."""
+
+
+@contextlib.asynccontextmanager
+async def cleaning(database_url: str, *, settings: CleanerSettings | None = None) -> AsyncIterator[Cleaner]:
+    """Run a cleaner (election included) for the body of an `async with`; stopped on exit."""
+    cleaner = Cleaner(database_url, settings=settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(cleaner.run_forever(stop), name="cleaner")
+    try:
+        yield cleaner
+    finally:
+        stop.set()
+        await asyncio.wait([task])  # not `await task`: see gauges.refreshing
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+
+
+class Cleaner:
+    """The election and the cleaning rounds of one process; `leader` tells whether it cleans."""
+
+    def __init__(self, database_url: str, *, settings: CleanerSettings | None = None) -> None:
+        self.settings = settings or CleanerSettings()
+        self._election = gauges.Election(database_url, key=ELECTION_LOCK_KEY, what="clean expired rows")
+
+    @property
+    def leader(self) -> bool:
+        return self._election.leader
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    await self.run_once()
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    logger.warning("Cleaning failed: %s", exc)
+                    await self._resign()
+                await looping.wait_or_stop(stop, looping.jittered(self.settings.interval_s))
+        finally:
+            await self._resign()
+
+    async def run_once(self) -> dict[str, int] | None:
+        """One round if elected: rows deleted per table; None when another process cleans."""
+        conn = await self._election.stand()
+        if conn is None:
+            _clear()
+            return None
+        return await clean(conn, settings=self.settings)
+
+    async def _resign(self) -> None:
+        _clear()
+        await self._election.resign()
+
+
+async def clean(conn: asyncpg.Connection, *, settings: CleanerSettings) -> dict[str, int]:
+    """One round over every table on `conn` (autocommit: each batch commits on its own)."""
+    deleted: dict[str, int] = {}
+    for table in TABLES:
+        total = 0
+        for _ in range(settings.max_batches):
+            n = await table.delete(conn, older_than_s=table.retention(settings), limit=settings.batch_size)
+            total += n
+            if n < settings.batch_size:
+                break
+        if total:
+            metrics.CLEANER_DELETED.labels(table.name).inc(total)
+            logger.info("Cleaner deleted %d rows from %s", total, table.name)
+        deleted[table.name] = total
+        age = await table.oldest(conn)
+        if age is None:
+            with contextlib.suppress(KeyError):
+                metrics.CLEANER_OLDEST_AGE.remove(table.name)
+        else:
+            metrics.CLEANER_OLDEST_AGE.labels(table.name).set(age)
+    return deleted
+
+
+def _clear() -> None:
+    """A process that does not clean exports no cleaner gauges."""
+    metrics.CLEANER_OLDEST_AGE.clear()
