@@ -166,6 +166,7 @@ class _Status:
     review: reporting.Backlog
     outbox: reporting.Backlog
     stale: int
+    tables: list[reporting.TableSize]
 
 
 def status(args: argparse.Namespace) -> int:
@@ -179,6 +180,7 @@ def status(args: argparse.Namespace) -> int:
             review=await reporting.review_queue(conn),
             outbox=await reporting.outbox_backlog(conn),
             stale=await reporting.stale_completions(conn),
+            tables=await reporting.table_sizes(conn),
         )
 
     overview = asyncio.run(_read(args.database_url, read))
@@ -330,6 +332,7 @@ def _status_json(overview: _Status) -> dict[str, Any]:
         "review_queue": _backlog_json(overview.review, size="size"),
         "outbox": _backlog_json(overview.outbox, size="unpublished"),
         "stale_completions_last_hour": overview.stale,
+        "tables": [{"name": t.name, "rows_estimate": t.rows_estimate, "bytes": t.bytes} for t in overview.tables],
     }
 
 
@@ -537,6 +540,9 @@ def _print_status(overview: _Status) -> None:
     console.print(common.text(f"review queue:      {overview.review.size} waiting" + _oldest(overview.review)))
     console.print(common.text(f"outbox:            {overview.outbox.size} unpublished" + _oldest(overview.outbox)))
     console.print(common.text(f"stale completions: {overview.stale} in the last hour", "red" if overview.stale else ""))
+    console.print(common.text("tables (rows estimated): " + ", ".join(
+        f"{t.name} {t.rows_estimate} rows {t.bytes // 1024} KiB" for t in overview.tables[:8]
+    )))
 
 
 def _oldest(backlog: reporting.Backlog) -> str:

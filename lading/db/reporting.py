@@ -423,3 +423,18 @@ async def stale_completions(conn: asyncpg.Connection, *, window_s: float = STALE
     """Completions discarded in the last `window_s` seconds because their attempt had lost the job."""
     n: int = await conn.fetchval(queries.sql("stale_completion_count_report"), float(window_s))
     return n
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSize:
+    """One table's size for `lading status`: estimated rows (no scan) and bytes on disk with indexes."""
+
+    name: str
+    rows_estimate: int
+    bytes: int
+
+
+async def table_sizes(conn: asyncpg.Connection) -> list[TableSize]:
+    """Every table of the schema, largest first (what the cleaner keeps in check)."""
+    rows = await conn.fetch(queries.sql("catalog_table_sizes_report"))
+    return [TableSize(name=r["name"], rows_estimate=int(r["rows_estimate"]), bytes=int(r["bytes"])) for r in rows]
