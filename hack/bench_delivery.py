@@ -88,6 +88,12 @@ async def _receiver(url: str) -> AsyncIterator[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(os.path.join(root, p) for p in ("", "worker", "cli", "webhook_receiver"))
     env["LADING_RECEIVER_SECRETS"] = SECRET
+    migrate = await asyncio.create_subprocess_exec(  # the receiver waits for its schema, never applies it
+        sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", "migrate", "--receiver",
+        "--database-url", url, env=env, stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    if await migrate.wait() != 0:
+        raise RuntimeError("lading migrate --receiver failed")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", "receiver",
         "--port", "0", "--database-url", url, "--pool-size", str(RECEIVER_POOL),

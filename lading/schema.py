@@ -37,31 +37,42 @@ BACKOFF_CAP_S: Final = 30.0
 """The longest wait between tries while the database does not answer at all."""
 
 
-def describe(pending: list[int]) -> str:
+MIGRATOR: Final = "`lading migrate` (the chart's migration Job)"
+"""What applies Lading's migrations, as a waiting process names it."""
+
+
+def describe(pending: list[int], *, migrator: str = MIGRATOR) -> str:
     """The reason given in logs and on /readyz: which versions, and what applies them."""
     versions = ", ".join(f"{v:04d}" for v in pending)
-    return f"migrations pending: {versions}; waiting for `lading migrate` (the chart's migration Job)"
+    return f"migrations pending: {versions}; waiting for {migrator}"
 
 
-async def pending_versions(dsn: str) -> list[int]:
-    """Versions of Lading's migrations not yet applied to the database at `dsn`."""
+async def pending_versions(dsn: str, *, source: migrating.MigrationSet = migrating.LADING) -> list[int]:
+    """Versions of the set's migrations (Lading's unless told) not yet applied to the database at `dsn`."""
     conn = await dbpool.connect(dsn)
     try:
-        return await migrating.pending(conn)
+        return await migrating.pending(conn, source)
     finally:
         await conn.close()
 
 
 async def wait_until_current(
-        dsn: str, *, stop: asyncio.Event, what: str, poll_s: float = POLL_S_DEFAULT,
+        dsn: str,
+        *,
+        stop: asyncio.Event,
+        what: str,
+        poll_s: float = POLL_S_DEFAULT,
+        source: migrating.MigrationSet = migrating.LADING,
+        migrator: str = MIGRATOR,
 ) -> bool:
     """Return True once no migration is pending, False if `stop` is set first. `what` names the
-    waiting process in its log lines ("worker", "relay", "operator")."""
+    waiting process in its log lines ("worker", "relay", "operator"); `source` is the migration set
+    it waits for (the receiver waits for its own) and `migrator` what applies that set."""
     backoff = looping.Backoff(base_s=poll_s, cap_s=max(poll_s, BACKOFF_CAP_S))
     said: str | None = None
     while not stop.is_set():
         try:
-            pending = await pending_versions(dsn)
+            pending = await pending_versions(dsn, source=source)
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             wait = backoff.failed()
             logger.warning("%s waits for the database (%s); trying again in %.1f s", what, type(exc).__name__, wait)
@@ -72,7 +83,7 @@ async def wait_until_current(
             if said is not None:
                 logger.info("%s: migrations applied; starting", what)
             return True
-        reason = describe(pending)
+        reason = describe(pending, migrator=migrator)
         if reason != said:  # say it once per change, not once per poll
             logger.warning("%s does not start yet: %s", what, reason)
             said = reason

@@ -123,6 +123,10 @@ async def delivering(
     dispatcher (the caller sets `stop` first), then stop the receivers."""
     state = Delivering(db, the_plan)
     async with contextlib.AsyncExitStack() as stack:
+        if receiver and the_plan.local:
+            # `lading run` migrates the database it runs on, the in-process receiver's set included
+            # (the receiver itself never migrates).
+            await serving.migrate(dsn)
         if receiver:
             groups: dict[tuple[str, int], list[str]] = {}
             for endpoint in the_plan.local:

@@ -2,7 +2,8 @@
 `lading` subcommands:
 
     run FILE...   apply manifests and run the whole system on this machine until done
-    migrate       apply database migrations: the one migrator (idempotent, safe to run concurrently)
+    migrate       apply database migrations: the one migrator (idempotent, safe to run concurrently);
+                  --receiver: the reference receiver's migrations, to the receiver's database
     worker        run one worker process for one InferencePool
     relay         the outbox relay and the ingress consumer for RabbitMQ, apart from the workers
     jobs          list jobs (filters, paging) or show one with every attempt, result and event
@@ -23,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 import asyncpg
+from lading_webhook_receiver import serving as receiver_serving
 from lading_worker import main as worker_main
 
 from lading import __version__, errors, logs
@@ -34,21 +36,38 @@ from lading_cli import relay as relay_cli
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    if not args.database_url:
+    if args.receiver:
+        return _migrate_receiver(args)
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if not url:
         print("lading migrate: --database-url or $DATABASE_URL is required", file=sys.stderr)
         return 2
 
     async def run() -> migrating.MigrateResult:
-        conn = await dbpool.connect(args.database_url)
+        conn = await dbpool.connect(url)
         try:
             return await migrating.migrate(conn)
         finally:
             await conn.close()
 
-    result = asyncio.run(run())
-    applied = ", ".join(f"{v:04d}" for v in result.applied) or "none"
-    print(f"schema at version {result.current:04d}; applied now: {applied}")
+    _report(asyncio.run(run()), what="schema")
     return 0
+
+
+def _migrate_receiver(args: argparse.Namespace) -> int:
+    """The receiver never migrates its own database: this (or `lading run`, for the database it owns) does."""
+    url = args.database_url or os.environ.get(receiver.DATABASE_ENV) or os.environ.get("DATABASE_URL")
+    if not url:
+        print(f"lading migrate --receiver: --database-url, ${receiver.DATABASE_ENV} or $DATABASE_URL is required",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    _report(asyncio.run(receiver_serving.migrate(url)), what="receiver schema")
+    return 0
+
+
+def _report(result: migrating.MigrateResult, *, what: str) -> None:
+    applied = ", ".join(f"{v:04d}" for v in result.applied) or "none"
+    print(f"{what} at version {result.current:04d}; applied now: {applied}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=local.run)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
-    migrate.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
+    migrate.add_argument(
+        "--database-url",
+        help=f"default: $DATABASE_URL (with --receiver: ${receiver.DATABASE_ENV}, else $DATABASE_URL)",
+    )
+    migrate.add_argument(
+        "--receiver", action="store_true",
+        help="apply the reference receiver's migrations (its inbox and ledger) instead of Lading's",
+    )  # fmt: skip
     migrate.set_defaults(handler=_migrate)
 
     worker = commands.add_parser("worker", help="run a worker for one InferencePool")

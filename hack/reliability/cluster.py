@@ -259,6 +259,7 @@ class Cluster:
         finally:
             await admin.close()
         await self._cli("migrate", "--database-url", self.database_url)
+        await self._cli("migrate", "--receiver", "--database-url", self.erp_database_url)
 
         pg_target = ("127.0.0.1", self.postgres.port)
         amqp_host, amqp_port = _host_port(self.amqp_url, 5672)

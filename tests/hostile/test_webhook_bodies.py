@@ -51,6 +51,7 @@ class Receiver:
 @pytest.fixture
 async def receiver(db: asyncpg.Connection, database_url: str) -> AsyncIterator[Receiver]:
     secret = deliveries.new_secret()
+    await serving.migrate(database_url)
     async with (
         serving.receiving(database_url=database_url, secrets=[secret], port=0) as server,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,

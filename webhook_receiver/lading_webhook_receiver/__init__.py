@@ -11,13 +11,15 @@ deliveries carry it.
     ledger.py     the `ledger` adapter: invoices in the receiver's own table, deduplicated
                   by (tenant, supplier identity, invoice number)
     metrics.py    the receiver's own Prometheus registry
-    serving.py    `receiving(...)`: migrations + pool + server as one async context
+    serving.py    `receiving(...)`: pool + server as one async context (waits for its schema);
+                  `migrate(url)`: applies its migrations (`lading migrate --receiver`, `lading run`)
     main.py       the process behind `lading receiver` (graceful shutdown on SIGTERM)
 
 In-process use (`lading run`, tests):
 
     from lading_webhook_receiver import ledger, serving
 
+    await serving.migrate(url)              # the receiver waits for its schema, never applies it
     async with serving.receiving(database_url=url, secrets=["whsec_..."], host="127.0.0.1", port=0) as server:
         server.url                          # POST deliveries here
         server.counts()                     # accepted / duplicate_delivery / duplicate_intent / rejected

@@ -5,11 +5,14 @@ The receiver's HTTP face (aiohttp):
     GET  /webhooks/lading/healthz   liveness: 200 while the event loop answers (not tied to the
                                     database, so an outage never gets a healthy receiver killed)
     GET  /webhooks/lading/readyz    readiness: 200 when the database answers and no receiver
-                                    migration is pending, else 503 with the reason
+                                    migration is pending, else 503 with the reason (the receiver
+                                    never migrates: `lading migrate --receiver` does)
     GET  /metrics                   Prometheus text format (metrics.ReceiverMetrics)
 
 A POST is checked cheapest first, and nothing is read past the first failure:
 
+    schema not yet current       503 migrations-pending + Retry-After (until `lading migrate
+                                 --receiver` has applied the receiver's migrations)
     Content-Length > limit       413 too-large         (before reading a byte of the body)
     Content-Type not JSON        415 unsupported-media-type
     body grows past the limit    413 too-large         (chunked bodies, while reading)
@@ -41,7 +44,7 @@ import orjson
 import prometheus_client
 import pydantic
 
-from lading import failpoints, storable
+from lading import failpoints, schema, storable
 from lading.db import migrating
 from lading.webhooks import payload, signing
 from lading_webhook_receiver import adapters, inbox, metrics, settings
@@ -52,6 +55,8 @@ MIGRATIONS = migrating.MigrationSet(
     package="lading_webhook_receiver", table="lading_receiver.schema_migrations", lock_key=0x1AD1_0002
 )
 """The receiver's own migrations, bookkept apart from Lading's (it may share a database with it)."""
+MIGRATOR = "`lading migrate --receiver` (the chart's migration Job)"
+"""What applies the receiver's migrations, as the waiting receiver names it in its log and on /readyz."""
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
@@ -84,12 +89,18 @@ class Receiver:
         self.adapter = adapter
         self.config = config
         self.metrics = observe
+        self.waiting_for: str | None = None
+        """Why deliveries are refused for now (migrations pending), or None once the schema is current."""
 
     def _refuse(self, status: int, reason: str, message: str, **headers: str) -> aiohttp.web.Response:
         self.metrics.reject(reason)
         return aiohttp.web.json_response({"error": reason, "message": message}, status=status, headers=headers)
 
     async def deliver(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        if self.waiting_for is not None:
+            return self._refuse(
+                503, "migrations-pending", self.waiting_for, **{"Retry-After": str(self.config.retry_after_s)}
+            )
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(413, "too-large", f"body is larger than {limit} bytes")
@@ -171,8 +182,7 @@ class Receiver:
         except _UNAVAILABLE as exc:
             return aiohttp.web.Response(text=f"database unavailable: {type(exc).__name__}\n", status=503)
         if pending:
-            versions = ", ".join(f"{v:04d}" for v in pending)
-            return aiohttp.web.Response(text=f"migrations pending: {versions}\n", status=503)
+            return aiohttp.web.Response(text=schema.describe(pending, migrator=MIGRATOR) + "\n", status=503)
         return aiohttp.web.Response(text="ok\n")
 
     async def serve_metrics(self, _: aiohttp.web.Request) -> aiohttp.web.Response:

@@ -38,6 +38,7 @@ REASONS = (
     "unstorable",
     "delivery-conflict",
     "database-unavailable",
+    "migrations-pending",
     "internal-error",
     "other",
 )

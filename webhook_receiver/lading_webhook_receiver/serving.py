@@ -1,30 +1,40 @@
 """
-Running a receiver: migrations, the connection pool and the HTTP server, as one context.
+Running a receiver: the connection pool and the HTTP server, as one context.
 
     async with serving.receiving(database_url=url, secrets=["whsec_..."], port=0) as server:
         server.url          # http://127.0.0.1:PORT/webhooks/lading, where deliveries go
         server.counts()     # metrics.Counts: accepted, duplicate_delivery, duplicate_intent, rejected
         await server.ledger_count()   # ERP records booked (or ledger.count(conn) on any connection)
 
-Entering applies the receiver's migrations (safe with many replicas: advisory lock) and
-starts listening; leaving stops accepting, lets deliveries in flight finish (up to the
+Entering starts listening; leaving stops accepting, lets deliveries in flight finish (up to the
 shutdown grace), then closes the pool. `lading receiver` and `lading run` both use this.
+
+The receiver never applies its migrations itself: `migrate(url)` does, called by `lading migrate
+--receiver` (the chart's migration Job) and by `lading run` for the database it owns. A receiver
+that starts while some are pending listens, but answers deliveries and /readyz with 503 and the
+pending versions, says so in its log, and looks again until they are applied
+(`lading.schema.wait_until_current` over the receiver's set).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp.web
 import asyncpg
 
+from lading import looping, schema
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.webhooks import signing
 from lading_webhook_receiver import adapters, app, ledger, metrics, settings
+
+logger = logging.getLogger(__name__)
 
 SERVER_SETTINGS = {"application_name": "lading-receiver"}
 
@@ -79,7 +89,7 @@ async def receiving(
     config = config or settings.ReceiverSettings()
     keys = signing.parse_keys(secrets)  # SecretFormatError never holds a secret
     erp = adapter if adapter is not None else adapters.by_name(config.adapter)
-    await migrate(database_url)
+    pending = await schema.pending_versions(database_url, source=app.MIGRATIONS)
     pool = await asyncpg.create_pool(
         database_url,
         min_size=config.pool_min_size,
@@ -91,6 +101,8 @@ async def receiving(
     try:
         observe = metrics.ReceiverMetrics()
         handlers = app.Receiver(pool=pool, keys=keys, adapter=erp, config=config, observe=observe)
+        if pending:
+            handlers.waiting_for = schema.describe(pending, migrator=app.MIGRATOR)
         runner = aiohttp.web.AppRunner(
             app.make_app(handlers),
             access_log=None,
@@ -102,8 +114,34 @@ async def receiving(
             site = aiohttp.web.TCPSite(runner, host, port)
             await site.start()
             bound = [address for address in runner.addresses if isinstance(address, tuple)]
-            yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool)
+            async with _until_current(database_url, handlers):
+                yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool)
         finally:
             await runner.cleanup()
     finally:
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _until_current(database_url: str, handlers: app.Receiver) -> AsyncIterator[None]:
+    """While the block runs, wait for the receiver's pending migrations (if any) and open the door
+    to deliveries once they are applied."""
+    if handlers.waiting_for is None:
+        yield
+        return
+    stop = asyncio.Event()
+
+    async def wait() -> None:
+        if await schema.wait_until_current(
+            database_url, stop=stop, what="receiver", source=app.MIGRATIONS, migrator=app.MIGRATOR
+        ):
+            handlers.waiting_for = None
+
+    waiting = looping.spawn([("receiver schema wait", wait())])
+    try:
+        yield
+    finally:
+        stop.set()
+        for failed in await asyncio.gather(*waiting, return_exceptions=True):
+            if isinstance(failed, BaseException) and not isinstance(failed, asyncio.CancelledError):
+                logger.error("waiting for the receiver's migrations failed: %s", type(failed).__name__)

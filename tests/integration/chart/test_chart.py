@@ -204,6 +204,18 @@ def test_operator_deployment(values: pathlib.Path | None) -> None:
     assert metrics["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
+def test_the_migration_job_applies_the_receivers_migrations_when_the_chart_deploys_it() -> None:
+    (job,) = objects(NON_DEFAULT, "Job")
+    (first,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert first["args"][-2:] == ["migrate", "--receiver"]
+    env = {variable["name"]: variable for variable in first["env"]}
+    receiver = _deployment(NON_DEFAULT, "receiver")["spec"]["template"]["spec"]["containers"][0]
+    receiver_env = {variable["name"]: variable for variable in receiver["env"]}
+    assert env["LADING_RECEIVER_DATABASE_URL"] == receiver_env["LADING_RECEIVER_DATABASE_URL"]
+    (default_job,) = [job for job in objects(None, "Job") if job["metadata"]["name"].endswith("-migrate")]
+    assert "initContainers" not in default_job["spec"]["template"]["spec"], "no receiver, nothing of its to migrate"
+
+
 def test_non_default_parts() -> None:
     operator = _deployment(NON_DEFAULT, "operator")["spec"]["template"]["spec"]["containers"][0]
     assert operator["args"].count("--namespace") == 2

@@ -22,6 +22,7 @@ def secret() -> str:
 
 @pytest.fixture
 async def receiver(db: asyncpg.Connection, database_url: str, secret: str) -> AsyncIterator[serving.RunningReceiver]:
+    await serving.migrate(database_url)  # the receiver never migrates: `lading migrate --receiver` does
     async with serving.receiving(database_url=database_url, secrets=[secret], port=0) as server:
         yield server
 

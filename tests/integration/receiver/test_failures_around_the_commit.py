@@ -64,6 +64,7 @@ async def test_while_the_database_is_unavailable_deliveries_get_503_with_retry_a
         db: asyncpg.Connection, database_url: str, secret: str, http: aiohttp.ClientSession, mode: str
 ) -> None:
     config = settings.ReceiverSettings(database_timeout_s=1.0, retry_after_s=7)
+    await serving.migrate(database_url)
     async with faultproxy.in_front_of(database_url) as (proxy, proxied), serving.receiving(
         database_url=proxied, secrets=[secret], config=config
     ) as server:
@@ -92,6 +93,7 @@ async def test_a_request_in_flight_when_shutdown_begins_is_finished(
 ) -> None:
     body = deliveries.event_body()
     headers = deliveries.signed(body, secret=secret, delivery_id="msg_drain")
+    await serving.migrate(database_url)
     with failpoints.enabled("receiver.after_commit_before_response", "sleep(500)@1"):
         async with serving.receiving(database_url=database_url, secrets=[secret]) as server:
             request = asyncio.create_task(http.post(server.url, data=body, headers=headers))

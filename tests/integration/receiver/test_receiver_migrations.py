@@ -6,11 +6,14 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator
 
+import aiohttp
 import asyncpg
 import pytest
-from lading_webhook_receiver import app, serving
+from lading_webhook_receiver import app, ledger, serving
 
 from lading.db import migrating
+from tests.integration.receiver import deliveries
+from tests.support import waiting
 
 
 @pytest.fixture
@@ -46,6 +49,47 @@ async def test_receiver_and_lading_migrations_apply_concurrently_into_separate_h
     finally:
         for conn in conns:
             await conn.close()
+
+
+async def test_the_receiver_never_migrates_it_refuses_deliveries_until_its_migrations_are_applied(
+        empty_database: str,
+) -> None:
+    secret = deliveries.new_secret()
+    body = deliveries.event_body()
+    headers = deliveries.signed(body, secret=secret, delivery_id="msg_schema")
+    async with (
+        serving.receiving(database_url=empty_database, secrets=[secret], port=0) as server,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+    ):
+        conn = await asyncpg.connect(empty_database)
+        try:
+            assert await migrating.pending(conn, app.MIGRATIONS) == [1], "starting applied nothing"
+        finally:
+            await conn.close()
+        async with http.get(server.url + "/readyz") as response:
+            assert response.status == 503
+            reason = await response.text()
+            assert reason.startswith("migrations pending: 0001; waiting for `lading migrate --receiver`")
+        async with http.post(server.url, data=body, headers=headers) as response:
+            assert response.status == 503 and response.headers["Retry-After"]
+            assert (await response.json())["error"] == "migrations-pending"
+
+        await serving.migrate(empty_database)
+
+        async def ready() -> bool:
+            async with http.get(server.url + "/readyz") as response:
+                return response.status == 200
+
+        await waiting.until(ready, timeout_s=30)
+
+        async def accepted() -> bool:
+            async with http.post(server.url, data=body, headers=headers) as response:
+                return response.status == 200
+
+        await waiting.until(accepted, timeout_s=30)  # the door opens once the receiver has seen the schema
+        async with server.pool.acquire() as conn:
+            assert await ledger.count(conn) == 1
+        assert "migrations-pending" in server.counts().rejected
 
 
 def test_a_bookkeeping_table_name_must_be_a_plain_identifier() -> None:

@@ -27,6 +27,7 @@ async def test_lading_receiver_serves_signed_deliveries_and_stops_cleanly_on_sig
     old, new = deliveries.new_secret(), deliveries.new_secret()
     secret_file = tmp_path / "secrets"
     secret_file.write_text(f"# rotation: the new secret\n{new}\n")
+    await _migrate(database_url)
     process = await asyncio.create_subprocess_exec(
         *LADING, "receiver", "--port", "0", "--database-url", database_url, "--secret-file", str(secret_file),
         env=processes.environment(LADING_RECEIVER_SECRETS=old), cwd=processes.ROOT,
@@ -58,7 +59,18 @@ async def test_lading_receiver_serves_signed_deliveries_and_stops_cleanly_on_sig
         await processes.stop(process)
 
 
+async def _migrate(database_url: str) -> None:
+    """`lading migrate --receiver`: the receiver waits for its schema, it never migrates."""
+    process = await asyncio.create_subprocess_exec(
+        *LADING, "migrate", "--receiver", "--database-url", database_url,
+        env=processes.environment(), cwd=processes.ROOT, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0 and out.decode().startswith("receiver schema at version"), out
+
+
 async def _start(database_url: str, *, secret: str, failpoints: str = "") -> tuple[asyncio.subprocess.Process, str]:
+    await _migrate(database_url)
     extra = {"LADING_FAILPOINTS": failpoints} if failpoints else {}
     process = await asyncio.create_subprocess_exec(
         *LADING, "receiver", "--port", "0", "--database-url", database_url,

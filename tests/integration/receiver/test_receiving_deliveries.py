@@ -85,6 +85,7 @@ async def test_during_a_rotation_both_secrets_are_accepted(
         db: asyncpg.Connection, database_url: str, http: aiohttp.ClientSession
 ) -> None:
     old, new = deliveries.new_secret(), deliveries.new_secret()
+    await serving.migrate(database_url)
     async with serving.receiving(database_url=database_url, secrets=[old, new]) as server:
         for n, secret in enumerate([old, new]):
             body = deliveries.event_body(job_id=n, result=deliveries.invoice(number=f"R-{n}"))
@@ -112,6 +113,7 @@ async def test_an_oversized_body_is_refused_before_it_is_read(
         db: asyncpg.Connection, database_url: str, http: aiohttp.ClientSession, secret: str
 ) -> None:
     config = settings.ReceiverSettings(max_body_bytes=4096)
+    await serving.migrate(database_url)
     async with serving.receiving(database_url=database_url, secrets=[secret], config=config) as server:
         big = deliveries.event_body(result=deliveries.invoice(supplier="x" * 300) | {"evidence": {"a": "y" * 5000}})
         headers = deliveries.signed(big, secret=secret, delivery_id="msg_big")
