@@ -4,9 +4,13 @@ does not grow for ever.
 
 What goes, each after its own retention (`CleanerSettings`): published outbox events, ingress
 inbox rows and quarantined redeliveries, delivered deliveries with their attempts, stale-
-completion records, limiter permits that hold no slot and the limiter's per-second sums. What
+completion records, limiter permits that hold no slot and the limiter's per-second sums; and, per
+tenant whose TenantQuota sets `spec.retention`, the document (text or URI) of a job that ended
+`documentsDays` ago, then its extracted result after `resultsDays` (the job row keeps digests,
+states, attempts and verdict, and says when each went). What
 never goes, whatever its age: an unpublished (or set-aside) event, a delivery in any state but
-DELIVERED, a permit still holding a slot. The predicates that say so are in the SQL
+DELIVERED, a permit still holding a slot, the document of a job not yet ended (waiting, running,
+awaiting review), a result whose delivery is still to be sent. The predicates that say so are in the SQL
 (`lading/db/retention.py` names each query), next to the index each delete walks.
 
 Why bounded batches: one `DELETE` of a month of rows would hold its locks, bloat the WAL and
@@ -201,6 +205,29 @@ async def clean(conn: asyncpg.Connection, *, settings: CleanerSettings) -> dict[
                 metrics.CLEANER_OLDEST_AGE.remove(table.name)
         else:
             metrics.CLEANER_OLDEST_AGE.labels(table.name).set(age)
+    for what, total in (await clean_personal_data(conn, settings=settings)).items():
+        deleted[what] = total
+    return deleted
+
+
+async def clean_personal_data(conn: asyncpg.Connection, *, settings: CleanerSettings) -> dict[str, int]:
+    """Per tenant with spec.retention: documents past documentsDays, then results past resultsDays
+    (documents first within a round, so a job whose both periods passed loses both in one round)."""
+    deleted = {"job_documents": 0, "results": 0}
+    for tenant in await retention.tenant_retentions(conn):
+        for what, days, delete in (("job_documents", tenant.documents_days, retention.delete_documents),
+                                   ("results", tenant.results_days, retention.delete_results)):
+            if days is None:
+                continue
+            for _ in range(settings.max_batches):
+                n = await delete(conn, tenant=tenant.tenant, older_than_days=days, limit=settings.batch_size)
+                deleted[what] += n
+                if n < settings.batch_size:
+                    break
+    for what, total in deleted.items():
+        if total:
+            metrics.CLEANER_DELETED.labels(what).inc(total)
+            logger.info("Cleaner deleted %d %s past their tenant's retention", total, what)
     return deleted
 
 

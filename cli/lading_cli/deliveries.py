@@ -162,7 +162,7 @@ def _act(args: argparse.Namespace, command: str, action: Any) -> int:
             try:
                 await action(conn, delivery_id=delivery_id, operator=args.operator, reason=args.reason)
                 done.append(str(delivery_id))
-            except (resolving.DeliveryNotFound, resolving.NotReconcilable) as exc:
+            except (resolving.DeliveryNotFound, resolving.NotReconcilable, resolving.ResultDeleted) as exc:
                 refused.append(str(exc))
         return done, refused
 

@@ -258,6 +258,8 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
             "finished_at": common.rfc3339(job.finished_at),
             "last_error_class": job.last_error_class,
             "last_error": job.last_error,
+            "document_deleted_at": common.rfc3339(job.document_deleted_at),
+            "result_deleted_at": common.rfc3339(job.result_deleted_at),
         },
         "attempts": [
             {
@@ -471,7 +473,10 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
             for check in result.failed_checks:
                 checks.add_row(common.text(check.check), common.text(check.field), common.text(check.message))
             console.print(checks)
-        console.print(rich.json.JSON.from_data(result.result, highlight=False))
+        if result.result is None:
+            console.print(common.text(deleted_note("extracted result", job.result_deleted_at, job.as_of), "dim"))
+        else:
+            console.print(rich.json.JSON.from_data(result.result, highlight=False))
 
     console.print()
     if shown.events:
@@ -489,7 +494,16 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
     if with_document:
         console.print()
         console.print(common.text("Document", "bold"))
-        console.print(common.text(shown.document))
+        if shown.document is None and job.document_deleted_at is not None:
+            console.print(common.text(deleted_note("document", job.document_deleted_at, job.as_of), "dim"))
+        else:
+            console.print(common.text(shown.document))
+
+
+def deleted_note(what: str, at: dt.datetime | None, now: dt.datetime) -> str:
+    """How `jobs show` and `review show` say that retention deleted a job's document or result."""
+    return f"{what} deleted by retention (TenantQuota spec.retention) {_when(at, now)}"
+
 
 
 def _error(error_class: str | None, error: str | None) -> str | None:

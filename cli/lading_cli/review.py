@@ -260,6 +260,8 @@ def _case_json(case: reviewing.ReviewCase) -> dict[str, Any]:
             "finished_at": common.rfc3339(job.finished_at),
             "last_error_class": job.last_error_class,
             "last_error": job.last_error,
+            "document_deleted_at": common.rfc3339(job.document_deleted_at),
+            "result_deleted_at": common.rfc3339(job.result_deleted_at),
         },
         "result": None if result is None else {
             "fence": result.fence,
@@ -354,7 +356,11 @@ def _print_case(case: reviewing.ReviewCase) -> None:
         verdict = {True: "passed", False: "failed", None: "unknown"}[result.passed]
         console.print(common.text(f"Result (fence {result.fence}): {result.validation_policy} {verdict}", "bold"))
         _print_checks(console, result.failed_checks)
-        console.print(rich.json.JSON.from_data(result.result, highlight=False))
+        if result.result is None:
+            console.print(common.text(reports.deleted_note("extracted result", case.job.result_deleted_at,
+                                                           case.job.as_of), "dim"))
+        else:
+            console.print(rich.json.JSON.from_data(result.result, highlight=False))
 
     console.print()
     if case.decisions:

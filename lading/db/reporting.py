@@ -121,6 +121,10 @@ class JobDetail:
     last_error: str | None
     as_of: dt.datetime
     """The database clock when this was read."""
+    document_deleted_at: dt.datetime | None = None
+    """When retention (TenantQuota spec.retention.documentsDays) deleted the document; None: kept."""
+    result_deleted_at: dt.datetime | None = None
+    """When retention (spec.retention.resultsDays) deleted the extracted result; None: kept."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +154,8 @@ class JobResult:
     passed: bool | None
     """The verdict; None if the stored verdict does not say."""
     failed_checks: tuple[verdicts.FailedCheck, ...]
-    result: dict[str, Any]
-    """The extracted JSON document, as stored."""
+    result: dict[str, Any] | None
+    """The extracted JSON document, as stored; None once retention deleted it (the verdict stays)."""
     created_at: dt.datetime
 
 
@@ -282,6 +286,8 @@ async def get_job(conn: asyncpg.Connection, *, job_id: ids.JobId) -> JobDetail |
         last_error_class=r["last_error_class"],
         last_error=r["last_error"],
         as_of=r["as_of"],
+        document_deleted_at=r["document_deleted_at"],
+        result_deleted_at=r["result_deleted_at"],
     )
 
 

@@ -11,9 +11,12 @@ kept (None when there is none): how far behind the cleaner is.
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncpg
 
 from lading.db import queries
+from lading.ids import TenantName
 
 
 async def _deleted(conn: asyncpg.Connection, name: str, *, older_than_s: float, limit: int) -> int:
@@ -86,3 +89,31 @@ async def delete_expired_limiter_seconds(conn: asyncpg.Connection, *, older_than
 
 async def oldest_limiter_second_age_s(conn: asyncpg.Connection) -> float | None:
     return await _age(conn, "limiter_second_oldest_age")
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantRetention:
+    """A tenant's TenantQuota spec.retention, as stored in `tenants.spec`: days kept (None: kept)."""
+
+    tenant: TenantName
+    documents_days: int | None
+    results_days: int | None
+
+
+async def tenant_retentions(conn: asyncpg.Connection) -> list[TenantRetention]:
+    """Every tenant whose TenantQuota sets spec.retention, by name."""
+    rows = await conn.fetch(queries.sql("tenant_list_retention"))
+    return [TenantRetention(tenant=TenantName(r["name"]), documents_days=r["documents_days"],
+                            results_days=r["results_days"]) for r in rows]
+
+
+async def delete_documents(conn: asyncpg.Connection, *, tenant: TenantName, older_than_days: int, limit: int) -> int:
+    """The documents of at most `limit` of the tenant's jobs that ended more than `older_than_days`
+    ago; their job rows are marked (`document_deleted_at`) and keep everything else."""
+    return int(await conn.fetchval(queries.sql("document_delete_expired"), tenant, older_than_days, limit))
+
+
+async def delete_results(conn: asyncpg.Connection, *, tenant: TenantName, older_than_days: int, limit: int) -> int:
+    """The extracted JSON of at most `limit` of the tenant's jobs that ended more than `older_than_days`
+    ago, whose document already went and whose deliveries are settled; the verdict stays."""
+    return int(await conn.fetchval(queries.sql("result_delete_expired"), tenant, older_than_days, limit))

@@ -14,17 +14,20 @@ called again: a redelivery sends the stored result.
     errors.PermanentError
     ├── DeliveryNotFound        no delivery has this id
     ├── NotReconcilable         the delivery is not in a state the action applies to; names it
+    ├── ResultDeleted           redeliver: retention deleted the job's result, nothing to send
     └── SignOffInvalid          operator or reason missing, too long, or with control characters
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 import asyncpg
 
 from lading import errors, reviewing
-from lading.db import deliveries
+from lading.db import deliveries, reporting
 from lading.delivery.states import DeliveryState
-from lading.ids import DeliveryId
+from lading.ids import DeliveryId, JobId
 
 
 class DeliveryNotFound(errors.PermanentError):
@@ -41,6 +44,17 @@ class NotReconcilable(errors.PermanentError):
                          "nothing was changed")  # fmt: skip
         self.delivery_id = delivery_id
         self.state = state
+
+
+class ResultDeleted(errors.PermanentError):
+    """Retention (TenantQuota spec.retention.resultsDays) deleted the job's result: there is nothing
+    to send again. The delivery and the job's audit trail are unchanged."""
+
+    def __init__(self, *, delivery_id: DeliveryId, job_id: JobId, deleted_at: dt.datetime) -> None:
+        super().__init__(f"delivery {delivery_id}: the result of job {job_id} was deleted by retention at "
+                         f"{deleted_at.isoformat()}; there is nothing to redeliver; nothing was changed")
+        self.delivery_id = delivery_id
+        self.job_id = job_id
 
 
 class SignOffInvalid(errors.PermanentError):
@@ -62,6 +76,11 @@ async def redeliver(conn: asyncpg.Connection, *, delivery_id: DeliveryId, operat
     note = f"redelivery requested by {who.reviewer}: {who.reason}"
     if await deliveries.redeliver(conn, delivery_id=delivery_id, note=note):
         return
+    found = await deliveries.get(conn, delivery_id=delivery_id)
+    if found is not None and found.state in (DeliveryState.FAILED_TERMINAL, DeliveryState.UNKNOWN_EXTERNAL):
+        job = await reporting.get_job(conn, job_id=found.job_id)
+        if job is not None and job.result_deleted_at is not None:
+            raise ResultDeleted(delivery_id=delivery_id, job_id=found.job_id, deleted_at=job.result_deleted_at)
     await _refuse(conn, delivery_id, "redeliver", "FAILED_TERMINAL and UNKNOWN_EXTERNAL")
 
 

@@ -296,6 +296,36 @@ class PoolRef(_Spec):
 # --- TenantQuota.
 
 
+class RetentionSpec(_Spec):
+    """How long a tenant's personal data is kept after its job ends (the cleaner, lading/cleaning.py)."""
+
+    documents_days: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        le=36_500,
+        description="Days after a job ends (succeeded, failed or cancelled) that its document text or URI "
+        "is deleted. The job keeps its digests, states, attempts and verdict. Unset: kept.",
+    )
+    results_days: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        le=36_500,
+        description="Days after a job ends that its extracted result is deleted (the verdict stays). "
+        "Requires documentsDays, and no fewer days: the text goes first. A result whose delivery is "
+        "still pending is kept until the delivery settles. Unset: kept.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _text_before_result(self) -> RetentionSpec:
+        if self.results_days is not None:
+            if self.documents_days is None:
+                raise ValueError("resultsDays requires documentsDays: the document text is deleted before the result")
+            if self.results_days < self.documents_days:
+                raise ValueError(f"resultsDays ({self.results_days}) must be at least documentsDays "
+                                 f"({self.documents_days}): the document text is deleted before the result")
+        return self
+
+
 class TenantQuotaSpec(_Spec):
     """What a tenant (a set of namespaces) may queue and consume. Cluster-scoped, owned by platform teams."""
 
@@ -348,6 +378,11 @@ class TenantQuotaSpec(_Spec):
         default=None,
         max_length=256,
         description="InferencePools the tenant's batches may use, as 'namespace/name'. Unset: any pool.",
+    )
+    retention: RetentionSpec | None = pydantic.Field(
+        default=None,
+        description="How long the tenant's document texts and results are kept after their jobs end. "
+        "Unset: kept until deleted by hand.",
     )
 
     @pydantic.field_validator("namespaces", "allowed_priorities", "allowed_pools")

@@ -139,11 +139,19 @@ SELECT delivery_id, state FROM reaped;
 -- name: delivery_redeliver
 -- FAILED_TERMINAL | UNKNOWN_EXTERNAL -> PENDING, due now, with a fresh retry budget and the same
 -- delivery id (the receiver dedups by it). $2: who and why, kept as the last error for the record.
+-- Not once retention deleted the job's result (nothing to send): the job row is taken FOR SHARE
+-- first (job before delivery), so the cleaner's result_delete_expired either waits for this to
+-- commit and then sees the delivery pending, or has already marked the job and this sends nothing.
+WITH job AS (
+    SELECT j.id FROM extraction_jobs j
+     WHERE j.id = (SELECT d.job_id FROM deliveries d WHERE d.delivery_id = $1) AND j.result_deleted_at IS NULL
+       FOR SHARE
+)
 UPDATE deliveries
    SET state = 'PENDING', budget_attempts = 0, ambiguous_attempts = 0, first_attempt_at = NULL,
        next_attempt_at = clock_timestamp(), last_error_class = 'Redelivered', last_error = $2,
        updated_at = clock_timestamp()
- WHERE delivery_id = $1 AND state IN ('FAILED_TERMINAL', 'UNKNOWN_EXTERNAL')
+ WHERE delivery_id = $1 AND state IN ('FAILED_TERMINAL', 'UNKNOWN_EXTERNAL') AND job_id IN (SELECT id FROM job)
 RETURNING delivery_id;
 
 -- name: delivery_resolve

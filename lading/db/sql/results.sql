@@ -23,3 +23,28 @@ RETURNING (SELECT result FROM previous) AS previous_result,
 
 -- name: result_get_report
 SELECT fence, schema, validation_policy, result, validation, created_at FROM results WHERE job_id = $1;
+
+-- name: result_delete_expired
+-- Retention (lading/cleaning.py): the extracted JSON of at most $3 jobs of tenant $1 that ended
+-- more than $2 days ago and whose document already went (text first), oldest first
+-- (extraction_jobs_result_retention, migration 0017). The results row keeps fence, schema and
+-- verdict. A job with a delivery still to send keeps its result until the delivery settles; the
+-- job row is locked first (SKIP LOCKED), and `delivery_redeliver` takes it FOR SHARE, so a
+-- redelivery and this deletion never both succeed.
+WITH doomed AS (
+    SELECT j.id FROM extraction_jobs j
+     WHERE j.tenant = $1 AND j.document_deleted_at IS NOT NULL AND j.result_deleted_at IS NULL
+       AND j.finished_at < clock_timestamp() - make_interval(days => $2)
+       AND NOT EXISTS (SELECT 1 FROM deliveries d
+                        WHERE d.job_id = j.id AND d.state IN ('PENDING', 'IN_FLIGHT', 'RETRY_SCHEDULED'))
+     ORDER BY j.finished_at
+     LIMIT $3
+       FOR UPDATE OF j SKIP LOCKED
+), cleared AS (
+    UPDATE results r SET result = NULL FROM doomed WHERE r.job_id = doomed.id RETURNING 1
+), marked AS (
+    UPDATE extraction_jobs j SET result_deleted_at = clock_timestamp()
+      FROM doomed WHERE j.id = doomed.id
+    RETURNING 1
+)
+SELECT count(*)::bigint FROM marked;

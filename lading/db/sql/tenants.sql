@@ -74,3 +74,12 @@ SELECT t.name AS tenant, t.daily_token_budget AS budget, coalesce(u.tokens, 0)::
   FROM tenants t
   LEFT JOIN tenant_usage u ON u.tenant = t.name AND u.day = (clock_timestamp() AT TIME ZONE 'UTC')::date
  WHERE t.name = $1;
+
+-- name: tenant_list_retention
+-- Tenants whose TenantQuota sets spec.retention: days after a job ends that its document text
+-- ($documents_days) and result ($results_days) are kept (NULL: kept). For the cleaner.
+SELECT name, (spec -> 'retention' ->> 'documentsDays')::int AS documents_days,
+       (spec -> 'retention' ->> 'resultsDays')::int AS results_days
+  FROM tenants
+ WHERE jsonb_typeof(spec -> 'retention') = 'object'
+ ORDER BY name;

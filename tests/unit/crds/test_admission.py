@@ -405,6 +405,7 @@ VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
     "ExtractionBatchSpec._unique_keys": "x-kubernetes-list-type: map keyed by key (total size: CEL above)",
     "InlineDocument._key_segments": "code only: '.'/'..' segments (the pattern bounds the alphabet)",
     "InlineDocument._text_size": "code only: UTF-8 bytes (maxLength bounds characters)",
+    "RetentionSpec._text_before_result": "code only for now: the operator refuses the TenantQuota when it applies it",
 }
 
 
