@@ -10,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY lading ./lading
+COPY lading_demo ./lading_demo
 COPY operator ./operator
 COPY worker ./worker
 COPY webhook_receiver ./webhook_receiver

@@ -621,8 +621,8 @@ async def bench_concurrency(url: str) -> tuple[dict[str, Any], dict[str, Any], b
     with the same latency: it adds about 1.5 ms of CPU per job (extraction + validation) on
     the event loop, which is what a CPU-heavy provider costs the same process.
     """
-    from lading.providers import builtin, noop
-    from lading.samples import generator
+    from lading.providers import noop
+    from lading_demo import builtin, generator
 
     conn = await dbpool.connect(url)
     pool = await _worker_pool(url)

@@ -36,8 +36,8 @@ from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.ids import PoolName, TenantName, WorkerId
 from lading.jobs import transitions
-from lading.samples import generator
 from lading.settings import DeliverySettings
+from lading_demo import generator
 
 TENANT = TenantName("bench")
 POOL = PoolName("lading-system/bench")

@@ -73,7 +73,7 @@ def stub_stats(url: str) -> dict[str, Any]:
 
 
 def texts(count: int) -> list[str]:
-    from lading.samples import generator
+    from lading_demo import generator
 
     return [s.text for s in generator.generate(count, seed=11)]
 

@@ -1,12 +1,12 @@
 """
 The `validation` benchmark (run through hack/bench.py, or alone: `python hack/bench_validation.py`):
-how each validation policy judges the calibration corpus (`lading.samples.corpus`), and what
+how each validation policy judges the calibration corpus (`lading_demo.corpus`), and what
 judging costs per document.
 
     confusion   per answer class and policy: how many answers, the verdict a correct policy
                 reaches, how many ended SUCCEEDED and REVIEW_REQUIRED, how many were judged
                 wrongly, and the first few wrongly judged documents (key and source, to
-                reproduce with `lading.samples.corpus`)
+                reproduce with `lading_demo.corpus`)
     clean       the false-review rate on the clean corpus (every answer expected to SUCCEED)
     wrong       the share of wrong answers that would have been delivered (SUCCEEDED)
     cost        validation time per document in µs (median, p95, mean) over the whole corpus,
@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lading import validation  # noqa: E402
-from lading.samples import adversarial, corpus  # noqa: E402
+from lading_demo import adversarial, corpus  # noqa: E402
 
 POLICIES = ("invoice-strict-v1", "invoice-strict-v2")
 TARGET_POLICY = "invoice-strict-v2"

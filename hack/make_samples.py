@@ -1,5 +1,5 @@
 """
-Write the committed sample set from `lading.samples.generator` (seed 2026, 200 invoices):
+Write the committed sample set from `lading_demo.generator` (seed 2026, 200 invoices):
 
     examples/invoices/truth.jsonl   per document: key, expected_state, defect, truth
     examples/quickstart.yaml        TenantQuota acme, InferencePool builtin, a DeliveryEndpoint on
@@ -26,7 +26,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lading.samples import generator  # noqa: E402  (needs ROOT on the path when not installed)
+from lading_demo import generator  # noqa: E402  (needs ROOT on the path when not installed)
 
 SEED = 2026
 COUNT = 200

@@ -40,7 +40,7 @@ DEFAULT_SEED = 20260
 
 
 def _documents(count: int, *, seed: int) -> list[tuple[str, str]]:
-    from lading.samples import generator
+    from lading_demo import generator
 
     found: list[tuple[str, str]] = []
     offset = 0

@@ -46,7 +46,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lading.providers import builtin
+from lading_demo import builtin
 
 ANSWERS = ("malformed", "truncated")
 """Faults that are answers: the request is admitted and counted against the limits like any other."""

@@ -2,7 +2,9 @@
 Lading core library: everything the operator, the workers and the CLI share.
 
 The core never imports a component (`lading_worker`, `lading_operator`,
-`lading_webhook_receiver`, `lading_cli`); an import-linter contract checks it.
+`lading_webhook_receiver`, `lading_cli`) nor the demo code (`lading_demo`: the synthetic invoice
+generator, the calibration corpora and the rule-based `builtin` extractor, which the provider
+factory loads by name only for a `provider: builtin` pool); an import-linter contract checks it.
 
     models/      pydantic spec models, the YAML manifests `lading run` applies, extraction schemas
     jobs/        the job state machine, transitions, the one RetryPolicy, request hashing
@@ -10,9 +12,8 @@ The core never imports a component (`lading_worker`, `lading_operator`,
     delivery/    delivery state machine, body building, breaker, egress policy, signing secrets
     events/      broker topology and message formats (the relay and consumer loops: lading_worker)
     webhooks/    the delivery body and its signatures (the public contract with receivers)
-    providers/   the model provider seam, the real providers and the built-in offline extractor
+    providers/   the model provider seam and the real providers
     validation/  checks that decide SUCCEEDED vs REVIEW_REQUIRED
-    samples/     the synthetic OCR invoice generator with ground truth
     documents/   JSON-lines manifests of large batches (manifest_lines) and fetching documents by URI
     accepting    durable acceptance of a batch in one transaction
     applying     admission: every quota rule, then acceptance

@@ -4,7 +4,7 @@ The builtin provider: a deterministic, offline, rule-based invoice extractor.
 It exists so that Lading can be demonstrated, tested and benchmarked on a laptop with no
 model server: `provider: builtin` in an InferencePool. It is NOT the product's model path
 and makes no claim to read arbitrary invoices; it reads the layouts that
-`lading.samples.generator` renders (and ones built the same way) with regular expressions
+`lading_demo.generator` renders (and ones built the same way) with regular expressions
 and line parsing, from the text alone. It never sees the generator's ground truth.
 
 What it reads, in this order:
@@ -54,7 +54,7 @@ import pydantic
 from lading.models import invoice
 from lading.providers import base
 
-UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
+UNSUPPORTED_SCHEMA = base.UNSUPPORTED_SCHEMA
 UNREADABLE_DOCUMENT = "UNREADABLE_DOCUMENT"
 
 CHARS_PER_TOKEN = 4

@@ -3,10 +3,10 @@ The calibration corpus of the validation policies: answers to documents, each wi
 and the verdict a correct policy reaches. `hack/bench.py validation` and the round-trip tests
 read it from here, so the benchmark's figures and the tests' claims are about the same cases.
 
-    adversarial   `lading.samples.adversarial`: clean documents in every language and layout
+    adversarial   `lading_demo.adversarial`: clean documents in every language and layout
                   with their correct answers and single-field corruptions, and the documents
                   that cannot be booked unreviewed even when read perfectly
-    quickstart    the 200 documents of examples/quickstart.yaml (`lading.samples.generator`,
+    quickstart    the 200 documents of examples/quickstart.yaml (`lading_demo.generator`,
                   seed 2026) as the builtin extractor answers them, each answer checked
                   against the generator's truth: clean ones SUCCEED, the misprinted totals
                   and broken IBANs go to review (the unreadable scans have no answer)
@@ -26,8 +26,7 @@ from typing import Any
 
 import yaml
 
-from lading.providers import builtin
-from lading.samples import adversarial, generator
+from lading_demo import adversarial, builtin, generator
 
 QUICKSTART_SEED = 2026
 QUICKSTART_COUNT = 200

@@ -29,7 +29,7 @@ The mix is exact in every block of 20 consecutive samples, and each block depend
 the seed, so a shorter run is a prefix of a longer one with the same seed.
 
 This module owns the corpus, not the judgement: the validation policy decides states, and
-the builtin extractor (`lading.providers.builtin`) reads the texts without seeing the truth.
+the builtin extractor (`lading_demo.builtin`) reads the texts without seeing the truth.
 """
 
 # ruff: noqa: RUF001  (the Turkish dotless i and the multiplication sign are meant, not confusables)

@@ -54,6 +54,8 @@ RATE_LIMITED: Final = "RATE_LIMITED"
 UNSTORABLE_OUTPUT: Final = "UNSTORABLE_OUTPUT"
 """The error class of output PostgreSQL cannot store (NUL, lone surrogates, integers past 64 bits,
 non-finite numbers): invalid output, never a database failure."""
+UNSUPPORTED_SCHEMA: Final = "UNSUPPORTED_SCHEMA"
+"""The error class of a job whose extraction schema the provider cannot extract: terminal."""
 SERVER_OVERLOADED: Final = "SERVER_OVERLOADED"
 """The error class of a 503 with Retry-After (vLLM's overload answer): congestion, like a 429."""
 CONGESTED: Final = frozenset({RATE_LIMITED, SERVER_OVERLOADED})

@@ -4,12 +4,23 @@ Build the provider an InferencePool's row asks for.
 Secrets are not read here: whoever calls `for_pool` resolves the pool's `apiKeySecretRef` (a
 Kubernetes Secret, or a manifest's Secret under `lading run`) and passes the key in. A provider
 that opens connections (`openai-compatible`) must be closed by the caller when it is done.
+
+`provider: builtin` is demo code, not part of the product: the rule-based extractor lives in the
+`lading_demo` package beside the core, and is imported here by name only when a pool asks for
+it (the core never imports it at load time). An image built without `lading_demo` answers such a
+pool with UnsupportedProvider.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Final
+
 from lading.db import registry
-from lading.providers import base, builtin, openai_compatible
+from lading.providers import base, openai_compatible
+
+DEMO_EXTRACTOR: Final = "lading_demo.builtin"
+"""The module behind `provider: builtin` (its `BuiltinProvider`), loaded on first use."""
 
 
 class UnsupportedProvider(ValueError):
@@ -25,7 +36,7 @@ def for_pool(pool: registry.Pool, *, api_key: str | None = None, base_url: str |
     in the worker Deployment ($LADING_PROVIDER_URL), since a vLLM pool's spec has no endpoint."""
     if pool.provider == "builtin":
         latency_ms = int((pool.spec.get("builtin") or {}).get("latencyMs", 0))
-        return builtin.BuiltinProvider(latency_s=latency_ms / 1000)
+        return _builtin(pool.name, latency_s=latency_ms / 1000)
     if pool.provider == "openai-compatible":
         endpoint = pool.spec.get("endpoint") or {}
         url = endpoint.get("url")
@@ -44,3 +55,16 @@ def for_pool(pool: registry.Pool, *, api_key: str | None = None, base_url: str |
         # vLLM speaks the OpenAI API; it has no key unless the Deployment was given one.
         return openai_compatible.OpenAICompatibleProvider(base_url=base_url, model=model, api_key=api_key)
     raise UnsupportedProvider(f"pool {pool.name}: provider {pool.provider!r} is not available in this build")
+
+
+def _builtin(pool_name: str, *, latency_s: float) -> base.Provider:
+    try:
+        demo = importlib.import_module(DEMO_EXTRACTOR)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("lading_demo", DEMO_EXTRACTOR):
+            raise
+        raise UnsupportedProvider(
+            f"pool {pool_name}: provider 'builtin' is demo code ({DEMO_EXTRACTOR}), not installed in this build"
+        ) from None
+    provider: base.Provider = demo.BuiltinProvider(latency_s=latency_s)
+    return provider

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from lading.models import invoice
-from lading.providers import base, builtin
+from lading.providers import base
 
 _RESULT = invoice.Invoice(
     invoice_number="NOOP-0001",
@@ -39,7 +39,7 @@ class NoopProvider:
         if schema != invoice.SCHEMA_NAME:
             return base.Outcome.failed(
                 base.OutcomeClass.TERMINAL,
-                error_class=builtin.UNSUPPORTED_SCHEMA,
+                error_class=base.UNSUPPORTED_SCHEMA,
                 error=f"the noop provider only answers {invoice.SCHEMA_NAME}",
             )
         return base.Outcome.ok(result())

@@ -83,7 +83,7 @@ import pydantic
 from lading import limiting, storable
 from lading.jobs import retry, transitions
 from lading.models import invoice
-from lading.providers import base, builtin, prompting
+from lading.providers import base, prompting
 
 CONNECT_TIMEOUT_S_DEFAULT = 10.0
 """Establishing a TCP (and TLS) connection takes milliseconds in a cluster; 10 s means it is not coming."""
@@ -202,7 +202,7 @@ class OpenAICompatibleProvider:
         if not prompting.supports(schema):
             return base.Outcome.failed(
                 base.OutcomeClass.TERMINAL,
-                error_class=builtin.UNSUPPORTED_SCHEMA,
+                error_class=base.UNSUPPORTED_SCHEMA,
                 error=f"no prompt for extraction schema {schema!r}",
             )
         body = _encode({

@@ -12,7 +12,7 @@ import sys
 import asyncpg
 import pytest
 
-from lading.samples import generator
+from lading_demo import generator
 from tests.support import processes
 
 ROOT = processes.ROOT

@@ -20,7 +20,7 @@ import pytest
 from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
-from lading.samples import generator
+from lading_demo import generator
 from tests.support import factories, processes, stub_model, waiting
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from lading import accepting
-from lading.samples import generator
+from lading_demo import generator
 from tests.integration.delivery import helpers
 from tests.support import broker, deadlocks, erp_stub, factories, processes, waiting
 

@@ -15,7 +15,7 @@ import pytest
 from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
-from lading.samples import generator
+from lading_demo import generator
 from tests.support import factories, processes, waiting
 
 POOL = factories.POOL

@@ -16,7 +16,7 @@ import pytest
 import standardwebhooks
 
 from lading import accepting
-from lading.samples import generator
+from lading_demo import generator
 from tests.integration.delivery import helpers
 from tests.support import erp_stub, factories, processes, waiting
 

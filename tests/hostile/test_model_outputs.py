@@ -31,9 +31,8 @@ from lading_worker import running
 from lading import accepting, storable
 from lading.db import registry
 from lading.ids import PoolName
-from lading.providers import builtin
-from lading.samples import generator
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_demo import builtin, generator
 from tests.hostile import strategies, tally
 from tests.support import factories, model_stub, waiting
 

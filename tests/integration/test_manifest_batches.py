@@ -19,7 +19,6 @@ from lading import accepting, applying, errors, metrics
 from lading.documents import manifest_lines
 from lading.jobs import hashing
 from lading.models import specs
-from lading.samples import generator
 from lading.settings import (
     AttemptSettings,
     ClaimerSettings,
@@ -28,6 +27,7 @@ from lading.settings import (
     ReaperSettings,
     WorkerProcessSettings,
 )
+from lading_demo import generator
 from tests.support import factories, fileserver, waiting
 
 MODEL_POLICY = {"pool": factories.POOL, "provider": "builtin", "model": "lading-builtin"}

@@ -24,7 +24,8 @@ from lading import limiting
 from lading.db import registry
 from lading.ids import JobId, PoolName
 from lading.models import invoice
-from lading.providers import base, builtin, factory, noop, openai_compatible, prompting
+from lading.providers import base, factory, noop, openai_compatible, prompting
+from lading_demo import builtin
 from tests.support import model_stub
 
 KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e"

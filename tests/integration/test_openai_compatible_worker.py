@@ -14,8 +14,8 @@ from lading_worker import running
 from lading import accepting
 from lading.db import registry
 from lading.ids import PoolName
-from lading.samples import generator
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_demo import generator
 from tests.support import factories, model_stub, waiting
 
 

@@ -23,9 +23,9 @@ from lading_worker import running
 from lading import accepting, storable
 from lading.db import registry
 from lading.ids import PoolName
-from lading.providers import base, builtin
-from lading.samples import generator
+from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_demo import builtin, generator
 from tests.support import factories, model_stub, providers, waiting
 
 SAMPLES = [s for s in generator.generate(80, seed=29) if s.expected_state == "SUCCEEDED"]

@@ -33,7 +33,7 @@ from typing import Any
 import multidict
 from aiohttp import web
 
-from lading.providers import builtin
+from lading_demo import builtin
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_MAX_BYTES = 16 * 1024 * 1024

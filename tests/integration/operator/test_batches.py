@@ -13,9 +13,8 @@ from lading_worker import running
 
 from lading.ids import PoolName
 from lading.jobs.states import JobState
-from lading.providers import builtin
-from lading.samples import generator
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_demo import builtin, generator
 from tests.integration.operator import conftest
 from tests.support import kube_emulator, waiting
 from tests.support.waiting import until

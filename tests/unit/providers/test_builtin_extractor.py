@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from lading.ids import JobId
 from lading.models import invoice
-from lading.providers import base, builtin, noop
-from lading.samples import generator
+from lading.providers import base, noop
+from lading_demo import builtin, generator
 
 SEEDS = {1: 200, 2: 200, 2026: 100}  # 500 documents
 

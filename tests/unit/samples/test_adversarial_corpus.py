@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lading.models import invoice
-from lading.samples import adversarial
+from lading_demo import adversarial
 
 CENT = decimal.Decimal("0.01")
 

@@ -8,7 +8,7 @@ import functools
 import re
 
 from lading.models import invoice
-from lading.samples import generator
+from lading_demo import generator
 
 CENT = decimal.Decimal("0.01")
 

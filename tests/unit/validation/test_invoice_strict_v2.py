@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from lading import validation
-from lading.samples import generator
 from lading.validation import strict_v2
+from lading_demo import generator
 
 POLICY = validation.STRICT_V2
 
@@ -177,7 +177,7 @@ def test_v2_is_known_and_the_default_for_new_batches() -> None:
 
 
 def test_the_builtin_extractor_passes_v2_on_the_generators_clean_documents() -> None:
-    from lading.providers import builtin
+    from lading_demo import builtin
 
     for sample in generator.generate(80, seed=2024):
         outcome = builtin.extract_text(sample.text)

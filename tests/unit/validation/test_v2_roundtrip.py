@@ -1,7 +1,7 @@
 """
 Round trips through `invoice-strict-v2`: a clean invoice rendered in any layout and language
 validates; each single-field corruption of its answer goes to review, naming the field and
-the quote a reviewer must look at. The corpus is `lading.samples.adversarial`.
+the quote a reviewer must look at. The corpus is `lading_demo.adversarial`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lading import validation
-from lading.samples import adversarial, corpus
+from lading_demo import adversarial, corpus
 
 V1 = "invoice-strict-v1"
 V2 = "invoice-strict-v2"
