@@ -16,7 +16,8 @@ kopf settings, and why:
 - with a fixed `--namespace` list, no namespace or CRD scanning: those namespaces are served as
   given, and the CRDs must exist when the operator starts.
 
-InferencePools are served only in the platform namespaces of `--pool-namespaces` (pools.py); at
+The handlers of each kind are in `handlers/` (kopf decorators only); what they call lives in the
+kind's module. InferencePools are served only in the platform namespaces of `--pool-namespaces` (pools.py); at
 start, signing-secret mirrors found anywhere else are deleted (mirroring.py).
 
 Startup waits while the database has pending migrations (only `lading migrate` applies them; in
@@ -37,7 +38,8 @@ import kopf
 from lading import gauges, health, schema
 from lading.db import observed
 from lading.db import pool as dbpool
-from lading_operator import batches, endpoints, kube, mirroring, pools, quotas, runtime, settings
+from lading_operator import kube, mirroring, runtime, settings
+from lading_operator.handlers import batches, endpoints, pools, quotas
 
 logger = logging.getLogger("lading.operator")
 

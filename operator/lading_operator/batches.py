@@ -507,29 +507,13 @@ async def finalize(rt: runtime.Runtime, body: kopf.Body) -> int:
     return len(cancelled)
 
 
-def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
-    resource = (specs.GROUP, specs.VERSION, PLURAL)
-
-    @kopf.daemon(*resource, id="reconcile", registry=registry_, cancellation_timeout=10.0)
-    async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        await Reconciler(rt, body).run(stopped)
-
-    @kopf.on.event(*resource, id="wake", registry=registry_)
-    async def wake(name: str, namespace: str | None, meta: kopf.Meta, type: str | None, **_: Any) -> None:
-        if type == "DELETED":
-            rt.tokens.pop(key(namespace or "", name), None)
-            return
-        rt.wake_on_change(key(namespace or "", name), (meta.get("generation"), meta.get("deletionTimestamp")))
-
-    @kopf.on.delete(*resource, id="cancel-jobs", registry=registry_)
-    async def cancel_jobs(body: kopf.Body, status: kopf.Status, **_: Any) -> None:
-        live = dict(status or {})
-        if live.get("phase") not in (None, "Terminating"):
-            path = (
-                f"/apis/{specs.API_VERSION}/namespaces/{body.metadata.namespace}/{PLURAL}/{body.metadata.name}/status"
-            )
-            await rt.api.merge_patch(path, {"status": {"phase": "Terminating"}})
-        cancelled = await finalize(rt, body)
-        logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
-        if cancelled:
-            events.normal(body, reason="Cancelled", message=f"{cancelled} unfinished jobs cancelled; results are kept")
+async def deleted(rt: runtime.Runtime, body: kopf.Body, *, live: Mapping[str, Any]) -> None:
+    """The batch is being deleted: phase Terminating, then its unfinished jobs cancelled (the finalizer)."""
+    if live.get("phase") not in (None, "Terminating"):
+        path = f"/apis/{specs.API_VERSION}/namespaces/{body.metadata.namespace}/{PLURAL}/{body.metadata.name}/status"
+        await rt.api.merge_patch(path, {"status": {"phase": "Terminating"}})
+    cancelled = await finalize(rt, body)
+    logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
+    if cancelled:
+        message = f"{cancelled} unfinished jobs cancelled; results are kept"
+        events.normal(body, reason="Cancelled", message=message)

@@ -114,30 +114,20 @@ async def _write(rt: runtime.Runtime, namespace: str, name: str, live: dict[str,
     )  # fmt: skip
 
 
-def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
-    resource = (specs.GROUP, specs.VERSION, PLURAL)
-
-    @kopf.on.resume(*resource, registry=registry_)
-    @kopf.on.create(*resource, registry=registry_)
-    @kopf.on.update(*resource, field="spec", registry=registry_)
-    async def apply_endpoint(body: kopf.Body, **_: Any) -> None:
+async def refresh_tick(rt: runtime.Runtime, body: kopf.Body) -> None:
+    """`reconcile` on the timer, mirroring first (whatever status says, the row exists); a database
+    or API failure is a warning: the next tick retries (kopf's own error backoff would pause the
+    refresh for a minute)."""
+    try:
         await reconcile(rt, body, mirror=True)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
+        logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
 
-    @kopf.timer(
-        *resource, interval=rt.settings.quota_interval_s, backoff=rt.settings.quota_interval_s, registry=registry_
-    )
-    async def endpoint_health(body: kopf.Body, **_: Any) -> None:
-        try:
-            await reconcile(rt, body, mirror=True)  # mirroring first: whatever status says, the row exists
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
-            # The next tick retries; kopf's own error backoff would pause the refresh for a minute.
-            logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
 
-    @kopf.on.delete(*resource, optional=True, registry=registry_)
-    async def forget_endpoint(name: str, namespace: str | None, **_: Any) -> None:
-        full = f"{namespace}/{name}"
-        rt.endpoint_secrets.pop(full, None)
-        try:
-            await mirroring.forget_endpoint(rt, full)
-        except kube.KubeError as exc:  # a pool's loop deletes mirrors of vanished endpoints when it starts
-            logger.warning("%s %s: deleting its signing secret's mirrors failed: %s", KIND, full, exc)
+async def forget(rt: runtime.Runtime, full: str) -> None:
+    """The endpoint `namespace/name` is gone: forget its secret and delete its mirrors."""
+    rt.endpoint_secrets.pop(full, None)
+    try:
+        await mirroring.forget_endpoint(rt, full)
+    except kube.KubeError as exc:  # a pool's loop deletes mirrors of vanished endpoints when it starts
+        logger.warning("%s %s: deleting its signing secret's mirrors failed: %s", KIND, full, exc)

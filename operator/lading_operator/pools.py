@@ -385,39 +385,10 @@ class Reconciler:
             self.last_written = {**self.last_written, **desired}
 
 
-def _owner_pool(body: Mapping[str, Any]) -> runtime.ObjectKey | None:
+def owner_pool(body: Mapping[str, Any]) -> runtime.ObjectKey | None:
+    """The pool owning `body` (a Deployment or Service Lading rendered), if any."""
     meta = body.get("metadata") or {}
     for ref in meta.get("ownerReferences") or ():
         if ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(specs.GROUP + "/"):
             return key(str(meta.get("namespace") or ""), str(ref.get("name")))
     return None
-
-
-def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
-    resource = (specs.GROUP, specs.VERSION, PLURAL)
-
-    @kopf.daemon(*resource, id="reconcile", registry=registry_, cancellation_timeout=10.0)
-    async def reconcile(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        await Reconciler(rt, body).run(stopped)
-
-    @kopf.on.event(*resource, id="wake", registry=registry_)
-    async def wake(name: str, namespace: str | None, meta: kopf.Meta, type: str | None, **_: Any) -> None:
-        if type == "DELETED":
-            rt.tokens.pop(key(namespace or "", name), None)
-            return
-        token = (meta.get("generation"), meta.get("deletionTimestamp"), meta.annotations.get(METRICS_URL_ANNOTATION))
-        rt.wake_on_change(key(namespace or "", name), token)
-
-    owned_by_lading = {rendering.LABEL_MANAGED_BY: "lading"}
-
-    @kopf.on.event("apps", "v1", "deployments", id="owned-deployment", labels=owned_by_lading, registry=registry_)
-    async def owned_deployment(body: kopf.Body, **_: Any) -> None:
-        pool = _owner_pool(body)
-        if pool is not None:
-            rt.wake(pool)
-
-    @kopf.on.event("", "v1", "services", id="owned-service", labels=owned_by_lading, registry=registry_)
-    async def owned_service(body: kopf.Body, **_: Any) -> None:
-        pool = _owner_pool(body)
-        if pool is not None:
-            rt.wake(pool)

@@ -141,29 +141,10 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
     await _write(rt, body, desired)
 
 
-def register(registry_: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
-    resource = (specs.GROUP, specs.VERSION, PLURAL)
-
-    @kopf.on.resume(*resource, registry=registry_)
-    @kopf.on.create(*resource, registry=registry_)
-    @kopf.on.update(*resource, field="spec", registry=registry_)
-    async def apply_quota(body: kopf.Body, **_: Any) -> None:
-        await apply(rt, body)
-
-    @kopf.on.delete(*resource, registry=registry_)
-    async def revoke_quota(body: kopf.Body, **_: Any) -> None:
-        await revoke(rt, body)
-
-    @kopf.timer(
-        *resource,
-        id="usage",
-        interval=rt.settings.quota_interval_s,
-        backoff=rt.settings.quota_interval_s,
-        registry=registry_,
-    )
-    async def usage(body: kopf.Body, **_: Any) -> None:
-        try:
-            await refresh(rt, body)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
-            # The next tick retries; kopf's own error backoff would pause the refresh for a minute.
-            logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
+async def refresh_tick(rt: runtime.Runtime, body: kopf.Body) -> None:
+    """`refresh`, where a database or API failure is a warning: the next tick retries (kopf's own
+    error backoff would pause the refresh for a minute)."""
+    try:
+        await refresh(rt, body)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, kube.KubeError) as exc:
+        logger.warning("%s %s: status refresh failed: %s", KIND, body.metadata.name, type(exc).__name__)
