@@ -1,0 +1,96 @@
+"""
+The InferencePool's status, computed from what the other steps saw (pure; writing it is the
+reconciler's): endpoint, ready vLLM replicas, workers, desired workers and why, headroom, and the
+conditions Ready, Degraded and Paused (spec.paused, or pools.paused_until set by workers when the
+provider refused the key or the quota). A pool whose spec is invalid or that is refused gets Ready
+alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from lading.models import specs
+from lading_operator import conditions, rendering, status
+from lading_operator.pool_steps import scaling
+
+Previous = Any
+"""The conditions last written (a sequence of mappings, or None)."""
+
+
+def running(
+    pool: specs.InferencePool,
+    scaled: scaling.Scaled,
+    *,
+    previous: Previous,
+    generation: int | None,
+    last_scale: dt.datetime | None,
+) -> dict[str, Any]:
+    """The status of a pool that is served: every field and the three conditions."""
+    vllm = pool.spec.provider == "vllm"
+    load, ready_replicas, engine_desired = scaled.load, scaled.ready_replicas, scaled.engine_desired
+    endpoint = None
+    if vllm:
+        endpoint = rendering.vllm_endpoint_url(pool)
+    elif pool.spec.endpoint is not None:
+        endpoint = pool.spec.endpoint.url
+    if pool.spec.paused:
+        paused = conditions.condition(
+            previous, type="Paused", value=True, reason="PausedBySpec",
+            message="spec.paused is true: no new jobs are claimed", generation=generation,
+        )  # fmt: skip
+    elif scaled.pausing:
+        refused = (load.paused_reason or "the provider refused the key or quota")[:1024]
+        paused = conditions.condition(
+            previous, type="Paused", value=True, reason="ProviderRefused", message=refused,
+            generation=generation,
+        )
+    else:
+        paused = conditions.condition(
+            previous, type="Paused", value=False, reason="Claiming", generation=generation
+        )
+    if vllm:
+        engine_ready = ready_replicas > 0 or engine_desired == 0
+        not_ready = "ScaledToZero" if engine_desired == 0 else "EngineStarting"
+        ready = conditions.condition(
+            previous, type="Ready", value=ready_replicas > 0,
+            reason="EngineReady" if ready_replicas > 0 else not_ready,
+            message=f"{ready_replicas}/{engine_desired} vLLM replicas ready", generation=generation,
+        )  # fmt: skip
+        degraded = conditions.condition(
+            previous, type="Degraded", value=not engine_ready or ready_replicas < engine_desired,
+            reason=("ReplicasUnavailable" if ready_replicas < engine_desired
+                    else "AllReplicasReady"),
+            generation=generation,
+        )  # fmt: skip
+    else:
+        ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+                                     message="workers and limits in place", generation=generation)  # fmt: skip
+        degraded = conditions.condition(previous, type="Degraded", value=False, reason="Healthy",
+                                        generation=generation)  # fmt: skip
+    decision = scaled.decision
+    return conditions.dump(
+        status.InferencePoolStatus(
+            observed_generation=generation,
+            endpoint=endpoint,
+            ready_replicas=ready_replicas,
+            workers=scaled.workers_now,
+            desired_workers=decision.replicas,
+            scaling_reason=decision.reason[:256],
+            headroom=scaled.room.render(),
+            last_scale_time=status.rfc3339(last_scale) if last_scale is not None else None,
+            paused_until=(
+                status.rfc3339(load.paused_until) if scaled.pausing and load.paused_until is not None else None
+            ),
+            conditions=[ready, degraded, paused],
+        )
+    )
+
+
+def ready_only(*, previous: Previous, generation: int | None, reason: str, message: str) -> dict[str, Any]:
+    """The status of a pool that is not served (invalid spec, refused namespace): Ready=False alone."""
+    ready = conditions.condition(
+        previous, type="Ready", value=False, reason=reason, message=message, generation=generation
+    )
+    return conditions.dump(status.InferencePoolStatus(observed_generation=generation, conditions=[ready]))
