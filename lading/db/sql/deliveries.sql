@@ -306,7 +306,7 @@ SELECT e.breaker_state, e.auth_failing, e.last_auth_status,
 -- migration 0016). Returns how many deliveries went.
 WITH doomed AS (
     SELECT delivery_id FROM deliveries
-     WHERE state = 'DELIVERED' AND delivered_at < clock_timestamp() - make_interval(secs => $1)
+     WHERE state = 'DELIVERED' AND delivered_at < now() - make_interval(secs => $1)
      ORDER BY delivered_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED

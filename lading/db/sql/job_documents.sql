@@ -14,7 +14,7 @@ SELECT text FROM job_documents WHERE job_id = $1;
 WITH doomed AS (
     SELECT id FROM extraction_jobs
      WHERE tenant = $1 AND finished_at IS NOT NULL AND document_deleted_at IS NULL
-       AND finished_at < clock_timestamp() - make_interval(days => $2)
+       AND finished_at < now() - make_interval(days => $2)
      ORDER BY finished_at
      LIMIT $3
        FOR UPDATE SKIP LOCKED

@@ -95,8 +95,8 @@ SELECT w.o_requests AS requests, w.o_tokens AS tokens,
 -- its age. Oldest first through limiter_permits_acquired (migration 0016); SKIP LOCKED.
 WITH doomed AS (
     SELECT id FROM limiter_permits
-     WHERE acquired_at < clock_timestamp() - make_interval(secs => $1)
-       AND (released_at IS NOT NULL OR expires_at < clock_timestamp())
+     WHERE acquired_at < now() - make_interval(secs => $1)
+       AND (released_at IS NOT NULL OR expires_at < now())
      ORDER BY acquired_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -112,7 +112,7 @@ SELECT extract(epoch FROM clock_timestamp() - min(acquired_at))::float8 FROM lim
 -- Retention: at most $2 per-second sums older than $1 seconds (limiter_seconds_second).
 WITH doomed AS (
     SELECT pool, second FROM limiter_seconds
-     WHERE second < clock_timestamp() - make_interval(secs => $1)
+     WHERE second < now() - make_interval(secs => $1)
      ORDER BY second
      LIMIT $2
        FOR UPDATE SKIP LOCKED

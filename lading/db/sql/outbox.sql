@@ -145,14 +145,17 @@ SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_as
 
 -- Retention (lading/cleaning.py). Each delete takes at most $2 rows past a retention of $1
 -- seconds, oldest first through a partial index (migration 0016), locked SKIP LOCKED so it
--- never waits on the relay; each returns how many rows went. Each `_oldest` query is the age in
+-- never waits on the relay; each returns how many rows went. The cut-off is measured from now()
+-- (the statement's start, in autocommit), not clock_timestamp(): a stable cut-off is an index
+-- condition, so the scan stops at the first row inside the retention; a volatile one is a filter,
+-- and an idle round would read every retained row's index entry. Each `_oldest` query is the age in
 -- seconds of the oldest row the delete could take one day (NULL when none).
 
 -- name: outbox_delete_published
 -- Published events only: an unpublished or set-aside event (published_at NULL) never qualifies.
 WITH doomed AS (
     SELECT id FROM outbox_events
-     WHERE published_at < clock_timestamp() - make_interval(secs => $1)
+     WHERE published_at < now() - make_interval(secs => $1)
      ORDER BY published_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -170,7 +173,7 @@ SELECT extract(epoch FROM clock_timestamp() - min(published_at))::float8
 -- the retention is bounded below in CleanerSettings.
 WITH doomed AS (
     SELECT event_id FROM execution_inbox
-     WHERE received_at < clock_timestamp() - make_interval(secs => $1)
+     WHERE received_at < now() - make_interval(secs => $1)
      ORDER BY received_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -183,15 +186,16 @@ SELECT count(*)::bigint FROM gone;
 SELECT extract(epoch FROM clock_timestamp() - min(received_at))::float8 FROM execution_inbox;
 
 -- name: inbox_quarantine_delete_expired
+-- Rows are named by ctid within the statement, as an array (a TID scan): joined on the key, the
+-- planner, which cannot estimate the clock_timestamp() cut-off, chose to hash the whole table.
 WITH doomed AS (
-    SELECT event_id, digest FROM inbox_quarantine
-     WHERE received_at < clock_timestamp() - make_interval(secs => $1)
+    SELECT ctid AS row_id FROM inbox_quarantine
+     WHERE received_at < now() - make_interval(secs => $1)
      ORDER BY received_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM inbox_quarantine q USING doomed d
-     WHERE q.event_id = d.event_id AND q.digest = d.digest RETURNING 1
+    DELETE FROM inbox_quarantine WHERE ctid = ANY (ARRAY(SELECT row_id FROM doomed)) RETURNING 1
 )
 SELECT count(*)::bigint FROM gone;
 

@@ -34,7 +34,7 @@ SELECT fence, schema, validation_policy, result, validation, created_at FROM res
 WITH doomed AS (
     SELECT j.id FROM extraction_jobs j
      WHERE j.tenant = $1 AND j.document_deleted_at IS NOT NULL AND j.result_deleted_at IS NULL
-       AND j.finished_at < clock_timestamp() - make_interval(days => $2)
+       AND j.finished_at < now() - make_interval(days => $2)
        AND NOT EXISTS (SELECT 1 FROM deliveries d
                         WHERE d.job_id = j.id AND d.state IN ('PENDING', 'IN_FLIGHT', 'RETRY_SCHEDULED'))
      ORDER BY j.finished_at

@@ -7,15 +7,16 @@ SELECT count(*)::bigint FROM stale_completions WHERE at > now() - make_interval(
 
 -- name: stale_completion_delete_expired
 -- Retention (lading/cleaning.py): at most $2 records older than $1 seconds, oldest first through
--- stale_completions_at. The table has no key: rows are named by ctid within the statement.
+-- stale_completions_at. The table has no key: rows are named by ctid within the statement, as an
+-- array, so the delete is a TID scan (joined, the planner may hash the whole table).
 WITH doomed AS (
     SELECT ctid AS row_id FROM stale_completions
-     WHERE at < clock_timestamp() - make_interval(secs => $1)
+     WHERE at < now() - make_interval(secs => $1)
      ORDER BY at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM stale_completions s USING doomed d WHERE s.ctid = d.row_id RETURNING 1
+    DELETE FROM stale_completions WHERE ctid = ANY (ARRAY(SELECT row_id FROM doomed)) RETURNING 1
 )
 SELECT count(*)::bigint FROM gone;
 
