@@ -20,6 +20,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  achieved vs the limits, drain time vs the capacity formula (hack/bench_limiter.py)
     delivery     signed deliveries/s from one dispatcher to one reference receiver (a separate
                  process committing each delivery durably) (hack/bench_delivery.py)
+    cleaner      the retention cleaner over 1,000,000 published outbox events and 200,000 rows in
+                 each other table it keeps small: every delete's plan (index scans), per-statement
+                 max/p99 durations, an idle round's cost (hack/bench_cleaner.py)
     validation   each validation policy over the adversarial and clean corpora: a confusion
                  matrix per answer class (on stderr), the false-review rate on clean invoices,
                  and µs of validation per document; needs no database (hack/bench_validation.py)
@@ -72,6 +75,7 @@ from lading.providers import base  # noqa: E402
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings  # noqa: E402
 
 sys.path.insert(0, str(_ROOT / "hack"))
+import bench_cleaner  # noqa: E402
 import bench_delivery  # noqa: E402
 import bench_limiter  # noqa: E402
 import bench_manifest  # noqa: E402
@@ -941,6 +945,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fairness": bench_fairness,
     "operator": bench_operator.bench_operator,
     "delivery": bench_delivery.bench_delivery,
+    "cleaner": bench_cleaner.bench_cleaner,
     "validation": bench_validation.bench_validation,
 }
 
