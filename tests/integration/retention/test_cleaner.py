@@ -13,6 +13,7 @@ import pytest
 
 from lading import cleaning, metrics
 from lading.db import pool as dbpool
+from tests.support import waiting
 
 DAY = "1 day"
 SETTINGS = cleaning.CleanerSettings(batch_size=2, max_batches=100)
@@ -168,3 +169,17 @@ async def test_the_cleaner_does_not_block_on_a_row_the_relay_holds(db: asyncpg.C
 def test_settings_refuse_a_retention_that_would_delete_needed_rows(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field.split("_")[0]):
         cleaning.CleanerSettings(**{field: value})  # type: ignore[arg-type]
+
+
+async def test_the_running_loop_cleans_each_interval(db: asyncpg.Connection, database_url: str) -> None:
+    await _outbox(db, published_days_ago=30)
+    async with cleaning.cleaning(database_url, settings=cleaning.CleanerSettings(interval_s=0.05)) as cleaner:
+        await waiting.until(lambda: _empty(db, "outbox_events"), timeout_s=10)
+        assert cleaner.leader
+        await _outbox(db, published_days_ago=30)  # the next round takes it too
+        await waiting.until(lambda: _empty(db, "outbox_events"), timeout_s=10)
+    assert not cleaner.leader, "stopping resigns: another process can take over"
+
+
+async def _empty(db: asyncpg.Connection, table: str) -> bool:
+    return await _count(db, table) == 0
