@@ -18,6 +18,7 @@ factory loads by name only for a `provider: builtin` pool); an import-linter con
     accepting    durable acceptance of a batch in one transaction
     applying     admission: every quota rule, then acceptance
     looping      the one loop shape: waits, jitter, backoff, run_forever, named tasks
+    reasons      why admission refuses a batch (the reasons the operator writes as conditions)
     schema       waiting for `lading migrate`: no process but the migrator changes the schema
 """
 

@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 import asyncpg
 
-from lading import accepting, errors, metrics, tracing
+from lading import accepting, errors, metrics, reasons, tracing
 from lading.db import registry
 from lading.documents import manifest_lines
 from lading.ids import PoolName, TenantName
@@ -189,16 +189,16 @@ async def _check_batch(
         claimants = await registry.tenants_for_namespace(conn, namespace=namespace)
         if len(claimants) > 1:  # a namespace listed by two quotas is admitted by neither
             raise AdmissionRejected(
-                reason="NoTenantQuota",
+                reason=reasons.NO_TENANT_QUOTA,
                 message=f"namespace {namespace} is listed by TenantQuotas {', '.join(claimants)}: a namespace "
                 "listed by more than one quota belongs to none of them; remove it from all but one",
             )
         raise AdmissionRejected(
-            reason="NoTenantQuota", message=f"namespace {namespace} is not covered by any TenantQuota"
+            reason=reasons.NO_TENANT_QUOTA, message=f"namespace {namespace} is not covered by any TenantQuota"
         )
     if rules.allowed_priorities is not None and spec.priority not in rules.allowed_priorities:
         raise AdmissionRejected(
-            reason="PriorityNotAllowed",
+            reason=reasons.PRIORITY_NOT_ALLOWED,
             message=f"ExtractionBatch {where}: spec.priority: TenantQuota {tenant} does not allow priority "
             f"{spec.priority} (allowedPriorities: {', '.join(rules.allowed_priorities) or 'none'})",
         )
@@ -206,13 +206,13 @@ async def _check_batch(
     if rules.allowed_pools is not None and pool_name not in rules.allowed_pools:
         # Checked before existence: a tenant learns nothing about pools it may not use.
         raise AdmissionRejected(
-            reason="PoolNotAllowed",
+            reason=reasons.POOL_NOT_ALLOWED,
             message=f"ExtractionBatch {where}: spec.inferencePoolRef: TenantQuota {tenant} does not allow "
             f"InferencePool {pool_name} (allowedPools: {', '.join(rules.allowed_pools) or 'none'})",
         )
     pool = await registry.get_pool(conn, name=pool_name)
     if pool is None:
-        raise AdmissionRejected(reason="PoolNotFound", message=f"InferencePool {pool_name} does not exist")
+        raise AdmissionRejected(reason=reasons.POOL_NOT_FOUND, message=f"InferencePool {pool_name} does not exist")
     idempotency_key = accepting.idempotency_key(
         namespace=namespace, name=batch.metadata.name, uid=batch.metadata.uid or ""
     )
@@ -245,11 +245,12 @@ async def _check_room(
 def _require_room(tenant: TenantName, *, queued: int, more: int | None, limit: int, unit: str, field: str) -> None:
     if more is None and queued >= limit:
         raise AdmissionRejected(
-            reason="QuotaExceeded", message=f"tenant {tenant} has {queued} {unit}; {field}={limit} leaves no room"
+            reason=reasons.QUOTA_EXCEEDED,
+            message=f"tenant {tenant} has {queued} {unit}; {field}={limit} leaves no room",
         )
     if more is not None and queued + more > limit:
         raise AdmissionRejected(
-            reason="QuotaExceeded",
+            reason=reasons.QUOTA_EXCEEDED,
             message=f"tenant {tenant} has {queued} {unit}; {more} more would exceed {field}={limit}",
         )
 
@@ -362,7 +363,7 @@ async def _admit_batch(
         ) from None
     except accepting.UnstorableRequest as exc:  # a value PostgreSQL refused: the spec must change
         raise AdmissionRejected(
-            reason="InvalidSpec", message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
+            reason=reasons.INVALID_SPEC, message=f"ExtractionBatch {namespace}/{batch.metadata.name}: {exc}"
         ) from None
     return AppliedBatch(namespace=namespace, name=batch.metadata.name, tenant=tenant, pool=pool_name, result=result)
 

@@ -158,7 +158,7 @@ class Reconciler:
             try:
                 batch = self._parsed()
             except pydantic.ValidationError as exc:
-                await self.pending("InvalidSpec", _invalid_message(exc))
+                await self.pending(conditions.INVALID_SPEC, _invalid_message(exc))
                 return self.rt.settings.idle_interval_s
             waited = await self.admit(batch)
             if waited is not None:
@@ -192,12 +192,13 @@ class Reconciler:
         try:
             applied = await self._admit(batch, tenant)
         except applying.AdmissionRejected as exc:
-            waiting_on = tenant if exc.reason == "QuotaExceeded" and tenant is not None else runtime.ANY_TENANT
+            queue_full = exc.reason == conditions.QUOTA_EXCEEDED
+            waiting_on = tenant if queue_full and tenant is not None else runtime.ANY_TENANT
             self.rt.wait_in_queue(self.key, waiting_on)
             await self.pending(exc.reason, str(exc))
             return self.rt.settings.idle_interval_s
         except errors.IdempotencyConflict as exc:
-            await self.pending("IdempotencyConflict", str(exc))
+            await self.pending(conditions.IDEMPOTENCY_CONFLICT, str(exc))
             return self.rt.settings.idle_interval_s
         self.rt.leave_queue(self.key)
         self.tenant = applied.tenant
@@ -206,7 +207,7 @@ class Reconciler:
         if applied.result.created:
             events.normal(
                 self.body,
-                reason="Admitted",
+                reason=conditions.ADMITTED_REASON,
                 message=f"{len(applied.result.job_ids)} documents accepted as batch {applied.result.batch_id} "
                 f"(tenant {applied.tenant}, pool {applied.pool})",
             )
@@ -279,7 +280,8 @@ class Reconciler:
                 observed_generation=generation,
                 conditions=[
                     conditions.condition(
-                        previous, type="Admitted", value=False, reason=reason, message=message, generation=generation
+                        previous, type=conditions.ADMITTED, value=False, reason=reason, message=message,
+                        generation=generation,
                     ),
                 ],
             )
@@ -296,7 +298,8 @@ class Reconciler:
             if suspend != self.admitted.suspended:
                 await batches.set_suspended(conn, batch_id=self.admitted.batch_id, suspended=suspend)
                 message = "no new jobs of this batch are claimed" if suspend else "claiming resumed"
-                events.normal(self.body, reason="Suspended" if suspend else "Resumed", message=message)
+                reason = conditions.SUSPENDED if suspend else conditions.RESUMED
+                events.normal(self.body, reason=reason, message=message)
             current = await observed.batch(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
             if current is None:
                 self.admitted = None
@@ -323,7 +326,7 @@ class Reconciler:
                 more = failed - max(self.failures_at, 0)
                 events.warning(
                     self.body,
-                    reason="DocumentsFailed",
+                    reason=conditions.DOCUMENTS_FAILED,
                     message=f"{more} more document(s) failed, {failed} in all; latest: {latest.document_key[:256]} "
                     f"({_reason(latest.error_class)})",
                 )
@@ -375,34 +378,41 @@ class Reconciler:
         completed_at = None
         if settled and current.last_finished_at is not None:
             completed_at = status.rfc3339(current.last_finished_at)
-        progressing_reason = "Settled" if settled else ("Suspended" if suspend else "JobsRemaining")
-        complete_reason = ("Completed" if phase == "Completed" else "Failed") if settled else "JobsRemaining"
+        progressing_reason = (
+            conditions.SETTLED if settled else (conditions.SUSPENDED if suspend else conditions.JOBS_REMAINING)
+        )
+        complete_reason = (
+            (conditions.COMPLETED if phase == "Completed" else conditions.FAILED)
+            if settled
+            else conditions.JOBS_REMAINING
+        )
         admitted_message = f"batch {current.batch_id} of tenant {self.tenant}"
         conds = [
             conditions.condition(
-                previous, type="Admitted", value=True, reason="Admitted", message=admitted_message,
+                previous, type=conditions.ADMITTED, value=True, reason=conditions.ADMITTED_REASON,
+                message=admitted_message,
                 generation=generation,
             ),
             conditions.condition(
-                previous, type="Progressing", value=not settled and not suspend, reason=progressing_reason,
+                previous, type=conditions.PROGRESSING, value=not settled and not suspend, reason=progressing_reason,
                 generation=generation,
             ),
             conditions.condition(
-                previous, type="Complete", value=settled, reason=complete_reason, generation=generation
+                previous, type=conditions.COMPLETE, value=settled, reason=complete_reason, generation=generation
             ),
         ]  # fmt: skip
         if endpoint_missing:
             waiting = good - (delivered or 0)
             conds.append(conditions.condition(
-                previous, type="Delivered", value=False, reason="EndpointNotFound",
+                previous, type=conditions.DELIVERED, value=False, reason=conditions.ENDPOINT_NOT_FOUND,
                 message=f"DeliveryEndpoint {current.endpoint} does not exist; {waiting} result(s) wait for it "
                 f"({delivered or 0} of {good} delivered)",
                 generation=generation,
             ))  # fmt: skip
         elif delivered is not None:
             conds.append(conditions.condition(
-                previous, type="Delivered", value=delivered >= good and settled,
-                reason="AllDelivered" if delivered >= good and settled else "DeliveriesPending",
+                previous, type=conditions.DELIVERED, value=delivered >= good and settled,
+                reason=conditions.ALL_DELIVERED if delivered >= good and settled else conditions.DELIVERIES_PENDING,
                 message=f"{delivered} of {good} results delivered", generation=generation,
             ))  # fmt: skip
         if budget is not None and budget.budget is not None:
@@ -410,8 +420,8 @@ class Reconciler:
             waits = f"{spent}; jobs wait until {status.rfc3339(budget.resets_at)}"
             conds.append(
                 conditions.condition(
-                    previous, type="BudgetExhausted", value=budget.exhausted and not settled,
-                    reason="DailyTokenBudgetSpent" if budget.exhausted else "WithinBudget",
+                    previous, type=conditions.BUDGET_EXHAUSTED, value=budget.exhausted and not settled,
+                    reason=conditions.DAILY_TOKEN_BUDGET_SPENT if budget.exhausted else conditions.WITHIN_BUDGET,
                     message=waits if budget.exhausted else spent,
                     generation=generation,
                 )
@@ -516,4 +526,4 @@ async def deleted(rt: runtime.Runtime, body: kopf.Body, *, live: Mapping[str, An
     logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
     if cancelled:
         message = f"{cancelled} unfinished jobs cancelled; results are kept"
-        events.normal(body, reason="Cancelled", message=message)
+        events.normal(body, reason=conditions.CANCELLED, message=message)

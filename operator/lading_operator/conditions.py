@@ -5,6 +5,11 @@ A condition keeps its `lastTransitionTime` while its status stays the same (Kube
 convention: the time says when it last flipped, not when we last looked), so re-computing an
 unchanged status yields an identical dict and `write_status` sends nothing. That is what bounds
 the operator's API traffic at steady state: a refresh that finds nothing new costs no request.
+
+Every condition type and reason the operator writes, and every Event reason it posts, is a
+constant here, each with what it means (docs/operator.md has the same tables); the core's admission
+reasons are `lading.reasons`, re-exported. Nothing else in the operator spells one out
+(tests/unit/layout/test_condition_reasons_in_one_place.py).
 """
 
 from __future__ import annotations
@@ -12,15 +17,148 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
+from lading import reasons
 from lading_operator import kube, status
 
 logger = logging.getLogger("lading.operator")
 
-RECONCILE_ERROR = "ReconcileError"
-"""Warning Event reason: a reconcile step failed on something other than the database or the API
-server (a bug); the loop logs the traceback and retries with backoff."""
+
+# --- Condition types -------------------------------------------------------------------------
+
+READY: Final = "Ready"
+"""InferencePool, TenantQuota, DeliveryEndpoint: the object is served as its spec asks."""
+DEGRADED: Final = "Degraded"
+"""InferencePool: some of its vLLM replicas are unavailable."""
+PAUSED: Final = "Paused"
+"""InferencePool: no new jobs are claimed (spec.paused, or the provider refused the key or quota)."""
+ADMITTED: Final = "Admitted"
+"""ExtractionBatch: accepted by the core (True), or why not (False, one of `lading.reasons`)."""
+PROGRESSING: Final = "Progressing"
+"""ExtractionBatch: jobs remain and are claimed (not suspended)."""
+COMPLETE: Final = "Complete"
+"""ExtractionBatch: every job settled."""
+DELIVERED: Final = "Delivered"
+"""ExtractionBatch with a DeliveryEndpoint: every good result delivered."""
+BUDGET_EXHAUSTED: Final = "BudgetExhausted"
+"""ExtractionBatch, TenantQuota: the tenant spent its dailyTokenBudget today; jobs wait for the UTC day."""
+AUTH_FAILING: Final = "AuthFailing"
+"""DeliveryEndpoint: the receiver refuses our signature (HTTP 401/403)."""
+CIRCUIT_OPEN: Final = "CircuitOpen"
+"""DeliveryEndpoint: the dispatcher's circuit breaker is not closed."""
+
+# --- Condition reasons -----------------------------------------------------------------------
+# Admission (ExtractionBatch Admitted=False; InvalidSpec also Ready=False of every other kind):
+# the core's, defined in `lading.reasons` and re-exported here.
+
+NO_TENANT_QUOTA: Final = reasons.NO_TENANT_QUOTA
+PRIORITY_NOT_ALLOWED: Final = reasons.PRIORITY_NOT_ALLOWED
+POOL_NOT_ALLOWED: Final = reasons.POOL_NOT_ALLOWED
+POOL_NOT_FOUND: Final = reasons.POOL_NOT_FOUND
+QUOTA_EXCEEDED: Final = reasons.QUOTA_EXCEEDED
+INVALID_SPEC: Final = reasons.INVALID_SPEC
+INVALID_MANIFEST: Final = reasons.INVALID_MANIFEST
+MANIFEST_UNAVAILABLE: Final = reasons.MANIFEST_UNAVAILABLE
+IDEMPOTENCY_CONFLICT: Final = reasons.IDEMPOTENCY_CONFLICT
+
+# ExtractionBatch.
+ADMITTED_REASON: Final = "Admitted"
+"""Admitted=True: accepted; the message names the batch id and tenant. Also the Normal Event."""
+JOBS_REMAINING: Final = "JobsRemaining"
+"""Progressing=True / Complete=False: jobs are not all settled."""
+SUSPENDED: Final = "Suspended"
+"""Progressing=False: spec.suspend; no new jobs of the batch are claimed. Also the Normal Event."""
+SETTLED: Final = "Settled"
+"""Progressing=False: every job settled."""
+COMPLETED: Final = "Completed"
+"""Complete=True: settled, at least one result succeeded or awaits review. Also the Normal Event."""
+FAILED: Final = "Failed"
+"""Complete=True: settled and none succeeded. Also the Warning Event."""
+ALL_DELIVERED: Final = "AllDelivered"
+"""Delivered=True: every good result reached the DeliveryEndpoint."""
+DELIVERIES_PENDING: Final = "DeliveriesPending"
+"""Delivered=False: results still to deliver."""
+ENDPOINT_NOT_FOUND: Final = "EndpointNotFound"
+"""Delivered=False: the named DeliveryEndpoint does not exist; the results wait for it."""
+DAILY_TOKEN_BUDGET_SPENT: Final = "DailyTokenBudgetSpent"
+"""BudgetExhausted=True: the tenant's dailyTokenBudget is spent until the UTC day ends."""
+WITHIN_BUDGET: Final = "WithinBudget"
+"""BudgetExhausted=False."""
+
+# InferencePool.
+APPLIED: Final = "Applied"
+"""Ready=True of a builtin or external pool (workers and limits in place), and of a TenantQuota."""
+ENGINE_READY: Final = "EngineReady"
+"""Ready=True of a vLLM pool: at least one vLLM replica is ready."""
+ENGINE_STARTING: Final = "EngineStarting"
+"""Ready=False of a vLLM pool: replicas are wanted and none is ready yet."""
+SCALED_TO_ZERO: Final = "ScaledToZero"
+"""Ready=False of a vLLM pool: the engine is scaled to zero (idle)."""
+POOL_NAMESPACE_NOT_ALLOWED: Final = "PoolNamespaceNotAllowed"
+"""Ready=False of a pool outside the platform namespaces the operator was given. Also the Warning Event."""
+HEALTHY: Final = "Healthy"
+"""Degraded=False of a builtin or external pool."""
+ALL_REPLICAS_READY: Final = "AllReplicasReady"
+"""Degraded=False of a vLLM pool."""
+REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"
+"""Degraded=True of a vLLM pool: fewer ready replicas than wanted."""
+CLAIMING: Final = "Claiming"
+"""Paused=False."""
+PAUSED_BY_SPEC: Final = "PausedBySpec"
+"""Paused=True: spec.paused."""
+PROVIDER_REFUSED: Final = "ProviderRefused"
+"""Paused=True: the provider refused the key or the quota; workers paused the pool until pausedUntil."""
+
+# TenantQuota (Ready=True is APPLIED).
+NAMESPACE_CONFLICT: Final = "NamespaceConflict"
+"""Ready=False of a quota that lists a namespace another quota lists too. Also the Warning Event."""
+
+# DeliveryEndpoint.
+REGISTERED: Final = "Registered"
+"""Ready=True: mirrored, and the signing Secret has its key."""
+SECRET_MISSING: Final = "SecretMissing"
+"""Ready=False: the signing Secret or its key is missing. Also the Warning Event."""
+AUTH_REJECTED: Final = "AuthRejected"
+"""AuthFailing=True: the endpoint answered 401/403."""
+AUTH_ACCEPTED: Final = "AuthAccepted"
+"""AuthFailing=False."""
+CIRCUIT_CLOSED: Final = "CircuitClosed"
+"""CircuitOpen=False."""
+CIRCUIT_OPENED: Final = "CircuitOpen"
+"""CircuitOpen=True: the breaker is open; deliveries wait."""
+CIRCUIT_HALF_OPEN: Final = "CircuitHalfOpen"
+"""CircuitOpen=True: the breaker lets a probe through."""
+
+# --- Event reasons (besides the condition reasons noted above) -------------------------------
+
+SCALED: Final = "Scaled"
+"""Normal, InferencePool: the worker count changed (old and new count, and why)."""
+DRIFT_CORRECTED: Final = "DriftCorrected"
+"""Normal, InferencePool: an owned object was patched back to its rendering."""
+RESUMED: Final = "Resumed"
+"""Normal, ExtractionBatch: spec.suspend cleared; claiming resumed."""
+DOCUMENTS_FAILED: Final = "DocumentsFailed"
+"""Warning, ExtractionBatch: more documents failed (the count and the latest)."""
+CANCELLED: Final = "Cancelled"
+"""Normal, ExtractionBatch: deleted; its unfinished jobs were cancelled."""
+METRICS_URL_IGNORED: Final = "MetricsUrlIgnored"
+"""Warning, InferencePool: its vllm-metrics-url annotation was ignored (no override flag)."""
+METRICS_URL_REFUSED: Final = "MetricsUrlRefused"
+"""Warning, InferencePool: its vllm-metrics-url annotation was refused by the egress policy."""
+RECONCILE_ERROR: Final = "ReconcileError"
+"""Warning: a reconcile step failed on something other than the database or the API server (a
+bug); the loop logs the traceback and retries with backoff."""
+
+CONDITION_TYPES: Final = frozenset({
+    READY, DEGRADED, PAUSED, ADMITTED, PROGRESSING, COMPLETE, DELIVERED, BUDGET_EXHAUSTED, AUTH_FAILING, CIRCUIT_OPEN,
+})  # fmt: skip
+"""Every condition type the operator writes."""
+
+CIRCUIT_REASONS: Final = {"Closed": CIRCUIT_CLOSED, "Open": CIRCUIT_OPENED, "HalfOpen": CIRCUIT_HALF_OPEN}
+"""DeliveryEndpoint status.circuit -> the CircuitOpen condition's reason."""
+
+
 
 
 def now() -> str:

@@ -54,8 +54,8 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         message = f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-        ready = conditions.condition(previous, type="Ready", value=False, reason="InvalidSpec", message=message,
-                                     generation=generation)  # fmt: skip
+        ready = conditions.condition(previous, type=conditions.READY, value=False, reason=conditions.INVALID_SPEC,
+                                     message=message, generation=generation)  # fmt: skip
         await _write(rt, namespace, name, live, conditions.dump(
             status.DeliveryEndpointStatus(observed_generation=generation, conditions=[ready])))  # fmt: skip
         projected = rt.endpoint_secrets.pop(full, None) is not None
@@ -82,28 +82,28 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
         async with rt.db.acquire() as conn:
             health = await observed.endpoint_health(conn, endpoint=full)
     conds = [
-        conditions.condition(previous, type="Ready", value=problem is None,
-                             reason="SecretMissing" if problem else "Registered",
+        conditions.condition(previous, type=conditions.READY, value=problem is None,
+                             reason=conditions.SECRET_MISSING if problem else conditions.REGISTERED,
                              message=problem or "registered; the signing Secret has its key", generation=generation),
     ]  # fmt: skip
     fields: dict[str, Any] = {}
     if health is not None:
         circuit = CIRCUIT.get(health.breaker_state, "Closed")
         conds.append(conditions.condition(
-            previous, type="AuthFailing", value=health.auth_failing,
-            reason="AuthRejected" if health.auth_failing else "AuthAccepted",
+            previous, type=conditions.AUTH_FAILING, value=health.auth_failing,
+            reason=conditions.AUTH_REJECTED if health.auth_failing else conditions.AUTH_ACCEPTED,
             message=f"the endpoint answered HTTP {health.last_auth_status}" if health.auth_failing else "",
             generation=generation,
         ))  # fmt: skip
         conds.append(conditions.condition(
-            previous, type="CircuitOpen", value=circuit != "Closed",
-            reason=f"Circuit{circuit}", generation=generation,
+            previous, type=conditions.CIRCUIT_OPEN, value=circuit != "Closed",
+            reason=conditions.CIRCUIT_REASONS[circuit], generation=generation,
         ))  # fmt: skip
         fields = {"delivered": health.delivered, "pending": health.pending,
                   "unknown_external": health.unknown, "failed": health.failed, "circuit": circuit}  # fmt: skip
     desired = conditions.dump(status.DeliveryEndpointStatus(observed_generation=generation, conditions=conds, **fields))
     if conditions.changed(live, desired) and problem is not None:
-        events.warning(body, reason="SecretMissing", message=problem)
+        events.warning(body, reason=conditions.SECRET_MISSING, message=problem)
     await _write(rt, namespace, name, live, desired)
 
 

@@ -42,7 +42,7 @@ import prometheus_client.parser
 
 from lading import urls
 from lading.delivery import egress
-from lading_operator import events, scaling
+from lading_operator import conditions, events, scaling
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ RATE_LIMIT_COOLDOWN_S = 60.0
 
 METRICS_URL_ANNOTATION = "lading.dev/vllm-metrics-url"
 """Another URL for a pool's vLLM metrics; honoured only with `--allow-vllm-metrics-override`."""
-METRICS_URL_IGNORED = "MetricsUrlIgnored"
-METRICS_URL_REFUSED = "MetricsUrlRefused"
+METRICS_URL_IGNORED = conditions.METRICS_URL_IGNORED
+METRICS_URL_REFUSED = conditions.METRICS_URL_REFUSED
 """Event reasons on the pool: the annotation was ignored (no override flag) or refused (egress)."""
 REPORTED_MAX = 10_000
 """Pools whose last metrics-URL verdict is remembered (to post each verdict once); bounded."""

@@ -46,8 +46,7 @@ logger = logging.getLogger("lading.operator.pools")
 KIND = "InferencePool"
 PLURAL = "inferencepools"
 METRICS_URL_ANNOTATION = headroom.METRICS_URL_ANNOTATION
-POOL_NAMESPACE_NOT_ALLOWED = "PoolNamespaceNotAllowed"
-"""Ready=False reason of a pool outside the platform namespaces the operator was given."""
+POOL_NAMESPACE_NOT_ALLOWED = conditions.POOL_NAMESPACE_NOT_ALLOWED
 
 
 def key(namespace: str, name: str) -> runtime.ObjectKey:
@@ -109,7 +108,7 @@ class Reconciler:
             message = f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
             await self._write(
                 pool_status.ready_only(
-                    previous=previous, generation=generation, reason="InvalidSpec", message=message
+                    previous=previous, generation=generation, reason=conditions.INVALID_SPEC, message=message
                 )
             )
             return

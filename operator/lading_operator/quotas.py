@@ -36,8 +36,7 @@ logger = logging.getLogger("lading.operator.quotas")
 
 KIND = "TenantQuota"
 PLURAL = "tenantquotas"
-NAMESPACE_CONFLICT = "NamespaceConflict"
-"""Ready=False reason of a quota that lists a namespace another quota lists too."""
+NAMESPACE_CONFLICT = conditions.NAMESPACE_CONFLICT
 
 
 def parse(body: kopf.Body) -> specs.TenantQuota:
@@ -69,11 +68,11 @@ async def apply(rt: runtime.Runtime, body: kopf.Body) -> None:
     try:
         quota = parse(body)
     except pydantic.ValidationError as exc:
-        ready = conditions.condition(previous, type="Ready", value=False, reason="InvalidSpec",
+        ready = conditions.condition(previous, type=conditions.READY, value=False, reason=conditions.INVALID_SPEC,
                                      message=_message(exc), generation=generation)  # fmt: skip
         await _write(rt, body, conditions.dump(status.TenantQuotaStatus(observed_generation=generation,
                                                                          conditions=[ready])))  # fmt: skip
-        events.warning(body, reason="InvalidSpec", message=_message(exc))
+        events.warning(body, reason=conditions.INVALID_SPEC, message=_message(exc))
         return
     async with rt.db.acquire() as conn:
         await applying.apply_tenant_quota(conn, quota)
@@ -108,21 +107,21 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
     if conflicts:
         message = "; ".join(f"namespace {c.namespace} is also listed by TenantQuota {c.other}" for c in conflicts)
         ready = conditions.condition(
-            previous, type="Ready", value=False, reason=NAMESPACE_CONFLICT, generation=generation,
+            previous, type=conditions.READY, value=False, reason=NAMESPACE_CONFLICT, generation=generation,
             message=f"{message}: a namespace listed by two quotas is admitted by neither",
         )  # fmt: skip
         if not any(c.get("reason") == NAMESPACE_CONFLICT for c in previous or ()):
             events.warning(body, reason=NAMESPACE_CONFLICT, message=ready.message)
     else:
-        ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+        ready = conditions.condition(previous, type=conditions.READY, value=True, reason=conditions.APPLIED,
                                      message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
                                      generation=generation)  # fmt: skip
     conds = [ready]
     if budget is not None and budget.budget is not None:
         conds.append(
             conditions.condition(
-                previous, type="BudgetExhausted", value=budget.exhausted,
-                reason="DailyTokenBudgetSpent" if budget.exhausted else "WithinBudget",
+                previous, type=conditions.BUDGET_EXHAUSTED, value=budget.exhausted,
+                reason=conditions.DAILY_TOKEN_BUDGET_SPENT if budget.exhausted else conditions.WITHIN_BUDGET,
                 message=f"{budget.used} of {budget.budget} tokens used today; resets at "
                 f"{status.rfc3339(budget.resets_at)}",
                 generation=generation,

@@ -11,7 +11,7 @@ The reconcile loop every ExtractionBatch and InferencePool runs (one kopf daemon
                            the loop for good
 
 The loop's shape (run once, wait or stop, back off) is `lading.looping`'s, like every other loop
-in Lading; what one step does lives with its kind (batches.py, pools.py).
+in Lading; what one step does lives with its kind (batches.py; pools.py and pool_steps/).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 
 from lading.models import specs
-from lading_operator import events, kube, rendering, runtime
+from lading_operator import conditions, events, kube, rendering, runtime
 
 logger = logging.getLogger("lading.operator.pools")
 
@@ -108,7 +108,7 @@ async def ensure(
         return live
     logger.info("pool %s/%s: correcting drift of %s %s", namespace, name, owned.plural,
                 owned.body["metadata"]["name"])  # fmt: skip
-    events.normal(body, reason="DriftCorrected", message=f"{owned.plural}/{owned.body['metadata']['name']}")
+    events.normal(body, reason=conditions.DRIFT_CORRECTED, message=f"{owned.plural}/{owned.body['metadata']['name']}")
     return await rt.api.merge_patch(owned.path, patch)
 
 

@@ -22,7 +22,7 @@ import kopf
 from lading import applying
 from lading.db import scaling as db_scaling
 from lading.models import specs
-from lading_operator import events, headroom, kube, rendering, runtime, scaling
+from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling
 from lading_operator.pool_steps import owned
 
 
@@ -81,7 +81,7 @@ class Scaler:
             await self.rt.api.merge_patch(live.worker_path, {"spec": {"replicas": decision.replicas}})
             workers_now = decision.replicas
             events.normal(
-                self.body, reason="Scaled",
+                self.body, reason=conditions.SCALED,
                 message=f"workers {current} -> {decision.replicas}: {decision.reason}",
             )
         if vllm and not keda and decision.engine_replicas is not None and decision.engine_replicas != engine_desired:

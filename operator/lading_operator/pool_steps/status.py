@@ -37,37 +37,37 @@ def running(
         endpoint = pool.spec.endpoint.url
     if pool.spec.paused:
         paused = conditions.condition(
-            previous, type="Paused", value=True, reason="PausedBySpec",
+            previous, type=conditions.PAUSED, value=True, reason=conditions.PAUSED_BY_SPEC,
             message="spec.paused is true: no new jobs are claimed", generation=generation,
         )  # fmt: skip
     elif scaled.pausing:
         refused = (load.paused_reason or "the provider refused the key or quota")[:1024]
         paused = conditions.condition(
-            previous, type="Paused", value=True, reason="ProviderRefused", message=refused,
+            previous, type=conditions.PAUSED, value=True, reason=conditions.PROVIDER_REFUSED, message=refused,
             generation=generation,
         )
     else:
         paused = conditions.condition(
-            previous, type="Paused", value=False, reason="Claiming", generation=generation
+            previous, type=conditions.PAUSED, value=False, reason=conditions.CLAIMING, generation=generation
         )
     if vllm:
         engine_ready = ready_replicas > 0 or engine_desired == 0
-        not_ready = "ScaledToZero" if engine_desired == 0 else "EngineStarting"
+        not_ready = conditions.SCALED_TO_ZERO if engine_desired == 0 else conditions.ENGINE_STARTING
         ready = conditions.condition(
-            previous, type="Ready", value=ready_replicas > 0,
-            reason="EngineReady" if ready_replicas > 0 else not_ready,
+            previous, type=conditions.READY, value=ready_replicas > 0,
+            reason=conditions.ENGINE_READY if ready_replicas > 0 else not_ready,
             message=f"{ready_replicas}/{engine_desired} vLLM replicas ready", generation=generation,
         )  # fmt: skip
         degraded = conditions.condition(
-            previous, type="Degraded", value=not engine_ready or ready_replicas < engine_desired,
-            reason=("ReplicasUnavailable" if ready_replicas < engine_desired
-                    else "AllReplicasReady"),
+            previous, type=conditions.DEGRADED, value=not engine_ready or ready_replicas < engine_desired,
+            reason=(conditions.REPLICAS_UNAVAILABLE if ready_replicas < engine_desired
+                    else conditions.ALL_REPLICAS_READY),
             generation=generation,
         )  # fmt: skip
     else:
-        ready = conditions.condition(previous, type="Ready", value=True, reason="Applied",
+        ready = conditions.condition(previous, type=conditions.READY, value=True, reason=conditions.APPLIED,
                                      message="workers and limits in place", generation=generation)  # fmt: skip
-        degraded = conditions.condition(previous, type="Degraded", value=False, reason="Healthy",
+        degraded = conditions.condition(previous, type=conditions.DEGRADED, value=False, reason=conditions.HEALTHY,
                                         generation=generation)  # fmt: skip
     decision = scaled.decision
     return conditions.dump(
@@ -91,6 +91,6 @@ def running(
 def ready_only(*, previous: Previous, generation: int | None, reason: str, message: str) -> dict[str, Any]:
     """The status of a pool that is not served (invalid spec, refused namespace): Ready=False alone."""
     ready = conditions.condition(
-        previous, type="Ready", value=False, reason=reason, message=message, generation=generation
+        previous, type=conditions.READY, value=False, reason=reason, message=message, generation=generation
     )
     return conditions.dump(status.InferencePoolStatus(observed_generation=generation, conditions=[ready]))
