@@ -161,16 +161,10 @@ class Cleaner:
         return self._election.leader
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    await self.run_once()
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    logger.warning("Cleaning failed: %s", exc)
-                    await self._resign()
-                await looping.wait_or_stop(stop, looping.jittered(self.settings.interval_s))
-        finally:
-            await self._resign()
+        await gauges.run_elected(
+            stop, run_once=self.run_once, resign=self._resign,
+            interval_s=lambda: looping.jittered(self.settings.interval_s), what="Cleaning",
+        )
 
     async def run_once(self) -> dict[str, int] | None:
         """One round if elected: rows deleted per table; None when another process cleans."""

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
@@ -94,6 +94,29 @@ class Election:
             self.conn = None
 
 
+async def run_elected(
+        stop: asyncio.Event,
+        *,
+        run_once: Callable[[], Awaitable[object]],
+        resign: Callable[[], Awaitable[None]],
+        interval_s: Callable[[], float],
+        what: str,
+) -> None:
+    """The loop of an elected job (the gauge refresher, the cleaner): `run_once` stands for election
+    and works if elected, every `interval_s()` until `stop`. A database failure resigns, so another
+    replica may take over while this one reconnects; stopping always resigns."""
+    try:
+        while not stop.is_set():
+            try:
+                await run_once()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("%s failed: %s", what, exc)
+                await resign()
+            await looping.wait_or_stop(stop, interval_s())
+    finally:
+        await resign()
+
+
 class GaugeRefresher:
     """Runs the election and the refresh loop for one process; `leader` tells whether it is elected."""
 
@@ -106,16 +129,10 @@ class GaugeRefresher:
         return self._election.leader
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        try:
-            while not stop.is_set():
-                try:
-                    await self.run_once()
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    logger.warning("Gauge refresh failed: %s", exc)
-                    await self._resign()
-                await looping.wait_or_stop(stop, self.settings.interval_s)
-        finally:
-            await self._resign()
+        await run_elected(
+            stop, run_once=self.run_once, resign=self._resign, interval_s=lambda: self.settings.interval_s,
+            what="Gauge refresh",
+        )
 
     async def run_once(self) -> bool:
         """Try to be (or stay) the leader; refresh the gauges if so. Returns whether it refreshed."""
