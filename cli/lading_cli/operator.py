@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import re
+import signal
 
 import kopf
 from lading_operator import app, rendering, settings
@@ -146,7 +147,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.database_url:
         raise SystemExit("lading operator: --database-url or $DATABASE_URL is required")
     try:
-        asyncio.run(app.operate(settings_from(args)))
+        asyncio.run(_operate_until_signalled(settings_from(args)))
     except kopf.LoginError as exc:
         raise SystemExit(f"lading operator: {exc}") from None
     return 0
+
+
+async def _operate_until_signalled(config: settings.OperatorSettings) -> None:
+    """SIGINT/SIGTERM stop the operator gracefully in every phase: kopf installs its own handlers only
+    once it runs, and /readyz (and the wait for migrations) come before that."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await app.operate(config, stop_flag=stop)

@@ -74,18 +74,21 @@ async def serve(
         with_ingress: bool,
         http: str | None = None,
 ) -> None:
-    async with contextlib.AsyncExitStack() as stack:
-        if http is not None:
-            host, port = health.parse_listen(http)
-            await stack.enter_async_context(health.serving(dsn, host=host, port=port))
-        await _serve(dsn, amqp_url, settings, with_relay=with_relay, with_ingress=with_ingress)
-
-
-async def _serve(dsn: str, amqp_url: str, settings: EventSettings, *, with_relay: bool, with_ingress: bool) -> None:
+    # The handlers come first: a SIGTERM once /readyz answers is a graceful stop, never the default kill.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        if http is not None:
+            host, port = health.parse_listen(http)
+            await stack.enter_async_context(health.serving(dsn, host=host, port=port))
+        await _serve(dsn, amqp_url, settings, stop, with_relay=with_relay, with_ingress=with_ingress)
+
+
+async def _serve(
+    dsn: str, amqp_url: str, settings: EventSettings, stop: asyncio.Event, *, with_relay: bool, with_ingress: bool
+) -> None:
     if not await schema.wait_until_current(dsn, stop=stop, what="relay"):
         return  # stopped while waiting
     config = broker.BrokerConfig(amqp_url=amqp_url, settings=settings, relay=with_relay, ingress=with_ingress)

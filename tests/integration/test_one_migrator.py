@@ -132,3 +132,36 @@ async def test_the_wait_backs_off_while_the_database_is_unreachable(caplog: pyte
     await waiting.until(said_so)
     stop.set()
     assert await asyncio.wait_for(waiter, 30) is False
+
+
+SERVICES = {
+    "operator": [*LADING, "operator", "--kubeconfig", "/nonexistent/kubeconfig", "--pool-namespaces", "acme"],
+    "relay": [*LADING, "relay", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/"],
+    "worker": [sys.executable, "-m", "lading_worker", "--pool", "lading-system/none"],
+}
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+async def test_sigterm_while_waiting_for_migrations_is_a_graceful_stop(
+    service: str, empty_database: str, tmp_path: pathlib.Path
+) -> None:
+    """/readyz answers before the long-running part starts: a SIGTERM from then on (a rollout, a
+    test) must end the process with status 0, never the default signal death."""
+    port = _free_port()
+    log = tmp_path / f"{service}.log"
+    with log.open("ab") as handle:
+        process = await asyncio.create_subprocess_exec(
+            *SERVICES[service], "--database-url", empty_database, "--http", f"127.0.0.1:{port}",
+            env=processes.environment(), stdout=handle, stderr=handle,
+        )  # fmt: skip
+    try:
+
+        async def waiting_for_migrations() -> bool:
+            answer = await _readyz(port)
+            return answer is not None and answer[0] == 503
+
+        await waiting.until(waiting_for_migrations)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        await processes.stop(process)
