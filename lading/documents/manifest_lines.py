@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import aiohttp
 import pydantic
 
-from lading import errors, urls
+from lading import errors, reasons, urls
 from lading.documents import fetching
 from lading.models import specs
 from lading.settings import DocumentSettings
@@ -77,7 +77,7 @@ FIELDS = ("key", "uri", "sha256", "bytes")
 class ManifestInvalid(errors.PermanentError):
     """The manifest has an invalid line (or is empty, or too large): nothing was admitted."""
 
-    reason = "InvalidManifest"
+    reason = reasons.INVALID_MANIFEST
 
     def __init__(self, message: str, *, line: int | None = None, field: str | None = None) -> None:
         super().__init__(message)
@@ -88,7 +88,7 @@ class ManifestInvalid(errors.PermanentError):
 class ManifestUnavailable(errors.TemporaryError):
     """The manifest cannot be read now (unreachable, 5xx, timeout, missing): retry admission later."""
 
-    reason = "ManifestUnavailable"
+    reason = reasons.MANIFEST_UNAVAILABLE
 
 
 class ManifestLine(pydantic.BaseModel):
