@@ -27,7 +27,11 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
   (503 is vLLM's overload answer, with Retry-After).
 - `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window
   and requests in any second, most concurrent requests, each request's arrival time (unix
-  seconds, last 10,000) and each admitted request's arrival and tokens.
+  seconds, the last `--keep-log`, 10,000 by default) and each admitted request's arrival and
+  tokens. `arrivals_total` and `admitted_total` count every one since the start; with
+  `?arrivals_after=N&admitted_after=M` (earlier totals) only the entries after those come back,
+  so a poller streams the whole log however long the run (it misses entries only when more than
+  `--keep-log` arrive between two polls, and can tell by the totals).
 """
 
 from __future__ import annotations
@@ -68,8 +72,11 @@ class Stub:
         self.refusals: collections.Counter[str] = collections.Counter()  # 429s of its own limits, by limit
         self.bad_answers: collections.Counter[str] = collections.Counter()  # malformed / truncated answers given
         self.budgets: collections.Counter[int] = collections.Counter()  # admitted requests by max_tokens
-        self.arrivals: collections.deque[float] = collections.deque(maxlen=10_000)
-        self.admitted: collections.deque[tuple[float, int]] = collections.deque(maxlen=10_000)  # (arrival, tokens)
+        self.arrivals: collections.deque[float] = collections.deque(maxlen=args.keep_log)
+        # (arrival, tokens) of admitted requests
+        self.admitted: collections.deque[tuple[float, int]] = collections.deque(maxlen=args.keep_log)
+        self.arrivals_total = 0  # every arrival since the start, also those the deque let go
+        self.admitted_total = 0
         self.faults: list[dict[str, Any]] = []
         self.closing = asyncio.Event()
 
@@ -80,6 +87,7 @@ class Stub:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrived = time.time()
         self.arrivals.append(arrived)
+        self.arrivals_total += 1
         body = await request.json()
         fault = self._next_fault()
         if fault is not None and fault["kind"] not in ANSWERS:
@@ -107,6 +115,7 @@ class Stub:
             return self._too_many("rate", retry_after, arrived=arrived, tokens=tokens)
         self.second.append(arrived)
         self.admitted.append((arrived, tokens))
+        self.admitted_total += 1
         self.max_second_requests = max(self.max_second_requests, len(self.second))
         self._count(arrived, tokens)
         self.budgets[max_tokens] += 1
@@ -221,15 +230,27 @@ class Stub:
         return web.json_response({"queued": len(self.faults)})
 
     async def stats(self, request: web.Request) -> web.Response:
+        try:
+            arrivals_after = int(request.query.get("arrivals_after", 0))
+            admitted_after = int(request.query.get("admitted_after", 0))
+        except ValueError:
+            return web.json_response({"error": "arrivals_after and admitted_after must be integers"}, status=400)
         return web.json_response({
             "requests": len(self.arrivals), "statuses": {str(k): v for k, v in self.statuses.items()},
             "max_window_requests": self.max_window_requests, "max_second_requests": self.max_second_requests,
             "max_window_tokens": self.max_window_tokens,
-            "max_concurrent": self.max_concurrent, "in_flight": self.in_flight, "arrivals": list(self.arrivals),
+            "max_concurrent": self.max_concurrent, "in_flight": self.in_flight,
+            "arrivals": _after(list(self.arrivals), total=self.arrivals_total, after=arrivals_after),
+            "arrivals_total": self.arrivals_total, "admitted_total": self.admitted_total,
             "refusals": dict(self.refusals), "faults_left": sum(f["count"] for f in self.faults),
             "bad_answers": dict(self.bad_answers), "budgets": {str(k): v for k, v in self.budgets.items()},
-            "admitted": [list(a) for a in self.admitted],
+            "admitted": _after([list(a) for a in self.admitted], total=self.admitted_total, after=admitted_after),
         })
+
+
+def _after(kept: list[Any], *, total: int, after: int) -> list[Any]:
+    """The entries of a log numbered after `after` (1-based, of `total` so far) that are still kept."""
+    return kept[max(0, len(kept) - max(0, total - after)):]
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -264,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tpm", type=int, default=1_000_000_000)
     parser.add_argument("--rps", type=int, default=1_000_000, help="requests allowed in any one second")
     parser.add_argument("--concurrency", type=int, default=10_000)
+    parser.add_argument("--keep-log", type=int, default=10_000,
+                        help="arrivals (and admitted requests) /admin/stats keeps; older ones only count")
     parser.add_argument("--window-s", type=float, default=60.0, help="the per-minute limits' window (scaled in tests)")
     parser.add_argument("--accounting", choices=("reserved", "used"), default="used",
                         help="reserved: prompt + max_tokens count (hosted APIs); used: prompt + completion")

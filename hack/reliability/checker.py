@@ -24,6 +24,9 @@ Definitions (each over the scenario's batches, at the end of the scenario, after
     attempts_after_deadline attempts begun after their job's deadline
     limiter_overshoot_*     what the model saw beyond the pool's limits: most requests and tokens in
                             any 60 s window, most requests at once, and its own limit refusals
+                            (over the model's whole log, streamed while the scenario ran)
+    model_log_missed        requests the model saw that the streamed log lost (the stub keeps only
+                            its last 10,000): non-zero means the figures above are not proven
     events_unpublished      outbox rows of the scenario still unpublished after the drain
     events_never_delivered  events marked published that reached neither the side queue nor the inbox
     status_regressions      a job seen going back: its fence decreasing, or a final state left (a
@@ -59,7 +62,7 @@ MUST_BE_ZERO = (
     "lost", "duplicate_jobs", "unexpected", "undelivered", "lost_effects", "duplicate_effects",
     "stale_overwrites_applied", "retry_after_violations", "attempts_after_deadline",
     "limiter_overshoot_requests", "limiter_overshoot_tokens", "limiter_overshoot_concurrency",
-    "limiter_refusals", "events_unpublished", "events_never_delivered", "status_regressions",
+    "limiter_refusals", "model_log_missed", "events_unpublished", "events_never_delivered", "status_regressions",
     "recovery_over_bound",
 )  # fmt: skip
 REPORTED = (
@@ -152,6 +155,7 @@ def check(history: Mapping[str, Any]) -> dict[str, Any]:
                                               - limits.get("tpm", 10**15))  # fmt: skip
     figures["limiter_overshoot_concurrency"] = max(0, stats.get("max_concurrent", 0) - limits.get("concurrency", 10**9))
     figures["limiter_refusals"] = sum((stats.get("refusals") or {}).values())
+    figures["model_log_missed"] = int(stats.get("log_missed", 0))
 
     # --- Events.
     window = (history["started"] - 1.0, history["ended"] + 1.0)

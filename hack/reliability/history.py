@@ -3,10 +3,13 @@ The history of a scenario, Jepsen-style: what was asked, what each fault did and
 system showed while it ran, and what it left behind. The checker reads nothing else.
 
 While a scenario runs, the recorder polls the jobs (state, attempt, fence) every few hundred
-milliseconds and consumes a side queue bound to the events exchange (every event the relays
-published, as the broker routed it). At the end it reads the final tables of Lading (jobs,
-attempts, results, stale completions, outbox, inbox, deliveries and their attempts), of the ERP
-(the receiver's inbox by delivery id, the ledger by business intent) and the model stub's log.
+milliseconds, consumes a side queue bound to the events exchange (every event the relays
+published, as the broker routed it) and streams the model stub's log (every request's arrival,
+every admitted request's arrival and tokens: the stub keeps only its last 10,000, so a long run
+is read as it goes, by the stub's running totals; `model_log_missed` counts what a slow poll
+lost). At the end it reads the final tables of Lading (jobs, attempts, results, stale
+completions, outbox, inbox, deliveries and their attempts) and of the ERP (the receiver's inbox
+by delivery id, the ledger by business intent).
 A history is plain JSON: it is written next to the table, so a failing seed can be checked again.
 """
 
@@ -15,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import time
+import urllib.request
 from typing import Any
 
 import aio_pika
@@ -23,6 +28,8 @@ import aio_pika.abc
 import asyncpg
 
 POLL_S = 0.3
+MODEL_POLL_S = 1.0
+"""The stub keeps 10,000 entries: at the pool's 60,000 requests a minute a second is 1,000."""
 
 
 @dataclasses.dataclass
@@ -44,6 +51,7 @@ class History:
     events_seen: list[str] = dataclasses.field(default_factory=list)
     final: dict[str, Any] = dataclasses.field(default_factory=dict)
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """{limits, stats}: the stub's final stats, with `arrivals` and `admitted` the whole streamed log."""
     bounds: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -53,28 +61,75 @@ class History:
         return entry
 
 
-class Recorder:
-    """Polls jobs and consumes the events side queue for the duration of a scenario."""
+class ModelLog:
+    """The stub model's arrivals and admitted requests, streamed: each poll asks only for the
+    entries after the totals seen so far (hack/stub_model.py `?arrivals_after=&admitted_after=`)."""
 
-    def __init__(self, *, database_url: str, amqp_url: str, prefix: str, history: History) -> None:
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.arrivals: list[float] = []
+        self.admitted: list[list[float]] = []
+        self.missed = 0
+        """Entries the stub let go before a poll read them (more than it keeps between two polls)."""
+        self._arrivals_total = 0
+        self._admitted_total = 0
+
+    async def poll(self) -> dict[str, Any]:
+        """Read the new entries; the stub's stats as they are now."""
+        query = f"?arrivals_after={self._arrivals_total}&admitted_after={self._admitted_total}"
+        stats: dict[str, Any] = await asyncio.to_thread(_get_json, self.origin + "/admin/stats" + query)
+        self._take(stats["arrivals"], stats["arrivals_total"] - self._arrivals_total, self.arrivals)
+        self._take(stats["admitted"], stats["admitted_total"] - self._admitted_total, self.admitted)
+        self._arrivals_total, self._admitted_total = stats["arrivals_total"], stats["admitted_total"]
+        return stats
+
+    def _take(self, entries: list[Any], new: int, into: list[Any]) -> None:
+        into.extend(entries)
+        self.missed += max(0, new - len(entries))
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+class Recorder:
+    """Polls jobs, streams the model's log and consumes the events side queue for the duration
+    of a scenario."""
+
+    def __init__(
+            self, *, database_url: str, amqp_url: str, prefix: str, history: History, model_origin: str
+    ) -> None:
         self.database_url = database_url
         self.amqp_url = amqp_url
         self.prefix = prefix
         self.history = history
+        self.model_log = ModelLog(model_origin)
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._poll(), name="poll jobs"),
-                       asyncio.create_task(self._consume(), name="events side queue")]  # fmt: skip
+                       asyncio.create_task(self._consume(), name="events side queue"),
+                       asyncio.create_task(self._poll_model(), name="model log")]  # fmt: skip
 
-    async def stop(self) -> None:
+    async def stop(self) -> dict[str, Any]:
+        """Stop recording; the model's final stats with its whole log (`arrivals`, `admitted`)."""
         self._stop.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        stats = await self.model_log.poll()
+        return {**stats, "arrivals": self.model_log.arrivals, "admitted": self.model_log.admitted,
+                "log_missed": self.model_log.missed}  # fmt: skip
+
+    async def _poll_model(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                await self.model_log.poll()
+            await asyncio.sleep(MODEL_POLL_S)
 
     async def _poll(self) -> None:
         since = 0.0

@@ -310,7 +310,9 @@ async def run(
     h = history_.History(scenario=scenario.name, seed=seed, command=command,
                          bounds={"recovery_s": c.timing.recovery_bound_s})  # fmt: skip
     await c.start_model(c.model_limits)
-    recorder = history_.Recorder(database_url=c.database_url, amqp_url=c.amqp_url, prefix=c.prefix, history=h)
+    assert c.model is not None
+    recorder = history_.Recorder(database_url=c.database_url, amqp_url=c.amqp_url, prefix=c.prefix, history=h,
+                                 model_origin=c.model.origin)  # fmt: skip
     await recorder.start()
     ctx = Context(cluster=c, history=h, rng=random.Random(f"{seed}:{scenario.name}"), documents=documents)
     h.started = time.time()
@@ -326,10 +328,9 @@ async def run(
         await asyncio.sleep(0.5)
     await asyncio.sleep(1.0)  # the side queue's last deliveries
     h.ended = time.time()
-    await recorder.stop()
-    assert c.model is not None
+    stats = await recorder.stop()
     limits = c.model_limits
     h.model = {"limits": {"rpm": limits.rpm, "tpm": limits.tpm, "concurrency": limits.concurrency},
-               "stats": await c.model.stats()}  # fmt: skip
+               "stats": stats}  # fmt: skip
     h.final = await history_.read_final(database_url=c.database_url, erp_database_url=c.erp_database_url)
     return dataclasses.asdict(h)
