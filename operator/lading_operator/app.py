@@ -11,7 +11,8 @@ kopf settings, and why:
 - the finalizer `lading.dev/finalizer`: a batch's jobs are cancelled before the object goes;
 - events: only those Lading posts on purpose (admission, completion, failures); kopf's own
   per-handler chatter is posted only from WARNING up, so a healthy steady state costs no API calls;
-- watches end server-side after `watch_server_timeout_s` and are re-listed;
+- watches end server-side after `watch_server_timeout_s` and are re-listed; Deployments and Services
+  are watched with the label selector `app.kubernetes.io/managed-by=lading` (handlers/pools.py);
 - standalone unless peering is asked for (one replica; kopf peering for HA);
 - with a fixed `--namespace` list, no namespace or CRD scanning: those namespaces are served as
   given, and the CRDs must exist when the operator starts.
@@ -74,6 +75,7 @@ def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
     result.posting.level = logging.WARNING
     result.watching.server_timeout = config.watch_server_timeout_s
     result.watching.client_timeout = config.watch_server_timeout_s + 60
+    pools.select_owned(result)  # owned Deployments and Services only, not the cluster's
     if config.namespaces and not any(ch in ns for ns in config.namespaces for ch in "*?[]!"):
         # A fixed list of namespaces needs no namespace watch (and no RBAC to list namespaces);
         # CRDs are then discovered once at start: install them before the operator (the chart does).

@@ -12,7 +12,12 @@ stores objects as plain JSON and patches them by merging. A real API server also
   JSON patch whose `test` operation fails (kopf's finalizer patches test the resourceVersion);
 - separates the status subresource: a write to `/status` changes only `.status`, a write to the
   object itself leaves `.status` alone, for kinds that declare the subresource;
-- removes an object once it is marked for deletion and its last finalizer is gone.
+- removes an object once it is marked for deletion and its last finalizer is gone;
+- filters lists and watches by `?labelSelector=` (equality `k=v`/`k==v`, `k!=v`, existence `k`,
+  absence `!k`, joined by commas), as the operator's watch of owned Deployments and Services
+  relies on: without it every Deployment of the cluster would reach the operator. (A real API
+  server also sends DELETED when a change makes an object stop matching a watch; this emulator
+  sends nothing for it.)
 
 This subclass adds exactly that, and serves discovery for Lading's CRDs (built from the CRD
 YAML when `operator/lading_operator/crds/` has it, else from `lading.models.specs`), kopf's
@@ -188,6 +193,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     # --- The API server's bookkeeping.
 
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        result = await super()._serve_list(request)
+        wanted = label_selector(request.params.get("labelSelector", ""))
+        if wanted is None or not isinstance(result, dict):
+            return result
+        return {**result, "items": [item for item in result["items"] if _labels_match(wanted, item)]}
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        wanted = label_selector(request.params.get("labelSelector", ""))
+        async for event in super()._serve_watch(request):
+            if wanted is None or not isinstance(event, dict) or _labels_match(wanted, event.get("object") or {}):
+                yield event
+
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is None or request.action not in (
             enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE
@@ -313,6 +331,46 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 await self._buses[request.resource].put({"type": "MODIFIED", "object": current})
                 return None
             return key
+
+
+LabelRequirement = tuple[str, str, str | None]
+"""(key, operator, value): operator '=' or '!=' with a value, 'exists' or '!exists' without."""
+
+
+def label_selector(text: str) -> list[LabelRequirement] | None:
+    """The requirements of a `labelSelector` query parameter; None for an empty one. Set-based
+    requirements (`in`, `notin`) are refused with 400, as this emulator does not evaluate them."""
+    if not text.strip():
+        return None
+    requirements: list[LabelRequirement] = []
+    for part in (p.strip() for p in text.split(",")):
+        if " in " in part or " notin " in part or "(" in part:
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message=f"unsupported selector {part!r}")
+        if "!=" in part:
+            key, _, value = part.partition("!=")
+            requirements.append((key.strip(), "!=", value.strip()))
+        elif "=" in part:
+            key, _, value = part.replace("==", "=").partition("=")
+            requirements.append((key.strip(), "=", value.strip()))
+        elif part.startswith("!"):
+            requirements.append((part[1:].strip(), "!exists", None))
+        else:
+            requirements.append((part, "exists", None))
+    return requirements
+
+
+def _labels_match(requirements: list[LabelRequirement], obj: Mapping[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key, operator, value in requirements:
+        if operator == "=" and labels.get(key) != value:
+            return False
+        if operator == "!=" and labels.get(key) == value:
+            return False
+        if operator == "exists" and key not in labels:
+            return False
+        if operator == "!exists" and key in labels:
+            return False
+    return True
 
 
 def _clone(value: Any) -> Any:

@@ -1,5 +1,10 @@
 """kopf handlers of InferencePool: one reconcile daemon per pool, woken by its own changes and by
-any change of a Deployment or Service it owns (drift)."""
+any change of a Deployment or Service it owns (drift).
+
+The owned-object watches ask the API server for Lading's objects only (`OWNED_SELECTOR` in kopf's
+`settings.watching.label_selectors`, see `select_owned`): the operator neither receives nor keeps the
+cluster's other Deployments and Services. The `labels=` filters on the handlers say the same for a
+reader of this module and keep them correct should a watch ever be unfiltered."""
 
 from __future__ import annotations
 
@@ -9,6 +14,17 @@ import kopf
 
 from lading.models import specs
 from lading_operator import pools, rendering, runtime
+
+OWNED_LABELS = {rendering.LABEL_MANAGED_BY: "lading"}
+OWNED_SELECTOR = ",".join(f"{key}={value}" for key, value in OWNED_LABELS.items())
+OWNED_RESOURCES = (("apps", "v1", "deployments"), ("", "v1", "services"))
+"""The kinds a pool owns that kopf watches; every rendered one carries OWNED_LABELS (rendering.labels)."""
+
+
+def select_owned(settings: kopf.OperatorSettings) -> None:
+    """Watch only the Deployments and Services Lading manages (server-side label selector)."""
+    for resource in OWNED_RESOURCES:
+        settings.watching.label_selectors[resource] = OWNED_SELECTOR
 
 
 def register(registry: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
@@ -27,15 +43,13 @@ def register(registry: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
                  meta.annotations.get(pools.METRICS_URL_ANNOTATION))  # fmt: skip
         rt.wake_on_change(pools.key(namespace or "", name), token)
 
-    owned_by_lading = {rendering.LABEL_MANAGED_BY: "lading"}
-
-    @kopf.on.event("apps", "v1", "deployments", id="owned-deployment", labels=owned_by_lading, registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", id="owned-deployment", labels=OWNED_LABELS, registry=registry)
     async def owned_deployment(body: kopf.Body, **_: Any) -> None:
         pool = pools.owner_pool(body)
         if pool is not None:
             rt.wake(pool)
 
-    @kopf.on.event("", "v1", "services", id="owned-service", labels=owned_by_lading, registry=registry)
+    @kopf.on.event("", "v1", "services", id="owned-service", labels=OWNED_LABELS, registry=registry)
     async def owned_service(body: kopf.Body, **_: Any) -> None:
         pool = pools.owner_pool(body)
         if pool is not None:
