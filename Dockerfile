@@ -11,6 +11,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY lading ./lading
 COPY lading_demo ./lading_demo
+COPY lading_elected ./lading_elected
 COPY operator ./operator
 COPY worker ./worker
 COPY webhook_receiver ./webhook_receiver

@@ -1,5 +1,5 @@
 """
-The `cleaner` benchmark: the retention cleaner (lading/cleaning.py) against tables grown large.
+The `cleaner` benchmark: the retention cleaner (worker/lading_worker/cleaning.py) against tables grown large.
 
 Seeds 1,000,000 published outbox events past their retention (and 100,000 still inside it, and
 10,000 unpublished), 200,000 rows past retention in each other table the cleaner keeps small
@@ -39,8 +39,10 @@ import asyncpg
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_ROOT))
+sys.path.insert(0, str(_ROOT / "worker"))
 
-from lading import cleaning  # noqa: E402
+from lading_worker import cleaning  # noqa: E402
+
 from lading.db import migrating, queries  # noqa: E402
 from lading.db import pool as dbpool  # noqa: E402
 

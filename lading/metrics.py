@@ -87,7 +87,7 @@ LIMITER_COOLDOWN_SECONDS = prom.Counter(
     "lading_limiter_cooldown_seconds_total", "Seconds of pool cooldown requested by 429 answers", ["pool"]
 )
 
-# Database gauges: refreshed by the one elected process (lading/gauges.py); absent elsewhere.
+# Database gauges: refreshed by the one elected process (lading_elected/gauges.py); absent elsewhere.
 LabelledGauge = prom.Gauge
 JOBS_BY_STATE = prom.Gauge(
     "lading_jobs", "Non-terminal jobs by pool, tenant and state (from the database)", ["pool", "tenant", "state"]
@@ -127,7 +127,7 @@ GAUGE_REFRESHES = prom.Counter(
     "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
 )
 
-# Retention: the cleaner, run by one elected process (lading/cleaning.py).
+# Retention: the cleaner, run by one elected process (worker/lading_worker/cleaning.py).
 CLEANER_DELETED = prom.Counter(
     "lading_cleaner_deleted_total", "Rows deleted by the cleaner past their retention, per table", ["table"]
 )

@@ -1,5 +1,5 @@
 """
-Repository of the cleaner (`lading.cleaning`): one function per retention query, in the `sql/`
+Repository of the cleaner (`lading_worker.cleaning`): one function per retention query, in the `sql/`
 file of the table it deletes from.
 
 Every `delete_*` removes at most `limit` rows whose retention of `older_than_s` seconds has

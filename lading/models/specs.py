@@ -297,7 +297,7 @@ class PoolRef(_Spec):
 
 
 class RetentionSpec(_Spec):
-    """How long a tenant's personal data is kept after its job ends (the cleaner, lading/cleaning.py)."""
+    """How long a tenant's personal data is kept after its job ends (the cleaner, lading_worker.cleaning)."""
 
     documents_days: int | None = pydantic.Field(
         default=None,

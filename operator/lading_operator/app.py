@@ -36,9 +36,10 @@ from typing import Any
 
 import kopf
 
-from lading import gauges, health, schema
+from lading import health, schema
 from lading.db import observed
 from lading.db import pool as dbpool
+from lading_elected import gauges
 from lading_operator import kube, mirroring, runtime, settings
 from lading_operator.handlers import batches, endpoints, pools, quotas
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncpg
 from lading_operator import rendering
 
-from lading import accepting, gauges, ids, metrics
+from lading import accepting, ids, metrics
 from lading.db import fairness, jobs, observed, reporting, scaling
 from lading.models import specs
+from lading_elected import gauges
 from tests.support import factories
 
 POOL = ids.PoolName(factories.POOL)

@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from lading import cleaning, health, logs, schema
+from lading import health, logs, schema
 from lading.delivery import egress
 from lading.delivery import secrets as delivery_secrets
 from lading.documents import fetching
@@ -30,7 +30,7 @@ from lading.settings import (
     ReaperSettings,
     WorkerProcessSettings,
 )
-from lading_worker import broker, dispatching, running
+from lading_worker import broker, cleaning, dispatching, running
 
 DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
 """Document roots, ':'-separated (e.g. the shared volume's mount); a batch reads beneath `<root>/<namespace>/`."""

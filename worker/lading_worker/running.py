@@ -11,8 +11,8 @@ The Worker: every loop of one worker process wired as a named task, here and now
     outbox relay     outbox rows to RabbitMQ                 (with --amqp-url; relaying.py)
     ingress consumer RabbitMQ events into the inbox          (with --amqp-url; consuming.py)
     limiter client   the pool's shared rate limiter (lading.limiting), for non-builtin pools
-    gauge refresher  database gauges, one elected process at a time (lading.gauges; run_worker)
-    cleaner          deletes rows past their retention, one elected process (lading.cleaning; run_worker)
+    gauge refresher  database gauges, one elected process at a time (lading_elected.gauges; run_worker)
+    cleaner          deletes rows past their retention, one elected process (cleaning.py; run_worker)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -31,7 +31,7 @@ import socket
 
 import asyncpg
 
-from lading import cleaning, gauges, limiting, looping
+from lading import limiting, looping
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.documents import fetching
@@ -39,7 +39,18 @@ from lading.ids import PoolName, WorkerId
 from lading.models import specs
 from lading.providers import base, factory
 from lading.settings import WorkerProcessSettings
-from lading_worker import broker, claiming, committing, dispatching, executing, heartbeating, inflight, reaping
+from lading_elected import gauges
+from lading_worker import (
+    broker,
+    claiming,
+    cleaning,
+    committing,
+    dispatching,
+    executing,
+    heartbeating,
+    inflight,
+    reaping,
+)
 
 logger = logging.getLogger(__name__)
 

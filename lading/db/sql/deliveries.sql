@@ -300,7 +300,7 @@ SELECT e.breaker_state, e.auth_failing, e.last_auth_status,
   FROM endpoints e WHERE e.name = $1;
 
 -- name: delivery_delete_delivered
--- Retention (lading/cleaning.py): at most $2 deliveries DELIVERED more than $1 seconds ago, with
+-- Retention (worker/lading_worker/cleaning.py): at most $2 deliveries DELIVERED more than $1 seconds ago, with
 -- their attempt rows (parent locked before child; SKIP LOCKED, so a redelivery holding one is
 -- passed over). Every other state is still needed and never qualifies (deliveries_delivered,
 -- migration 0016). Returns how many deliveries went.

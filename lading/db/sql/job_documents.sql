@@ -6,7 +6,7 @@
 SELECT text FROM job_documents WHERE job_id = $1;
 
 -- name: document_delete_expired
--- Retention (lading/cleaning.py): the documents (text or URI) of at most $3 jobs of tenant $1 that
+-- Retention (worker/lading_worker/cleaning.py): the documents (text or URI) of at most $3 jobs of tenant $1 that
 -- ended more than $2 days ago, oldest first (extraction_jobs_document_retention, migration 0017).
 -- The job row is locked first (parent before child; SKIP LOCKED, so a job being read or changed
 -- is passed over) and marked with when its document went; its digests stay. Only a terminal job

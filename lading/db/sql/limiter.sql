@@ -90,7 +90,7 @@ SELECT w.o_requests AS requests, w.o_tokens AS tokens,
   FROM lading_limiter_window($1, clock_timestamp() - make_interval(secs => $2)) w;
 
 -- name: limiter_permit_delete_expired
--- Retention (lading/cleaning.py): at most $2 permits acquired more than $1 seconds ago that no
+-- Retention (worker/lading_worker/cleaning.py): at most $2 permits acquired more than $1 seconds ago that no
 -- longer hold a slot (released, or past their expiry). A held permit never qualifies, whatever
 -- its age. Oldest first through limiter_permits_acquired (migration 0016); SKIP LOCKED.
 WITH doomed AS (

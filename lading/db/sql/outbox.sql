@@ -143,7 +143,7 @@ SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND set_as
        (SELECT created_at FROM oldest) AS oldest_at,
        extract(epoch FROM now() - (SELECT created_at FROM oldest))::float8 AS oldest_age_s;
 
--- Retention (lading/cleaning.py). Each delete takes at most $2 rows past a retention of $1
+-- Retention (worker/lading_worker/cleaning.py). Each delete takes at most $2 rows past a retention of $1
 -- seconds, oldest first through a partial index (migration 0016), locked SKIP LOCKED so it
 -- never waits on the relay; each returns how many rows went. The cut-off is measured from now()
 -- (the statement's start, in autocommit), not clock_timestamp(): a stable cut-off is an index

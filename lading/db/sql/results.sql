@@ -25,7 +25,7 @@ RETURNING (SELECT result FROM previous) AS previous_result,
 SELECT fence, schema, validation_policy, result, validation, created_at FROM results WHERE job_id = $1;
 
 -- name: result_delete_expired
--- Retention (lading/cleaning.py): the extracted JSON of at most $3 jobs of tenant $1 that ended
+-- Retention (worker/lading_worker/cleaning.py): the extracted JSON of at most $3 jobs of tenant $1 that ended
 -- more than $2 days ago and whose document already went (text first), oldest first
 -- (extraction_jobs_result_retention, migration 0017). The results row keeps fence, schema and
 -- verdict. A job with a delivery still to send keeps its result until the delivery settles; the

@@ -6,7 +6,7 @@
 SELECT count(*)::bigint FROM stale_completions WHERE at > now() - make_interval(secs => $1);
 
 -- name: stale_completion_delete_expired
--- Retention (lading/cleaning.py): at most $2 records older than $1 seconds, oldest first through
+-- Retention (worker/lading_worker/cleaning.py): at most $2 records older than $1 seconds, oldest first through
 -- stale_completions_at. The table has no key: rows are named by ctid within the statement, as an
 -- array, so the delete is a TID scan (joined, the planner may hash the whole table).
 WITH doomed AS (

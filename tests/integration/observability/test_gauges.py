@@ -5,9 +5,10 @@ import dataclasses
 import asyncpg
 import pytest
 
-from lading import accepting, gauges, metrics
+from lading import accepting, metrics
 from lading.db import jobs, registry
 from lading.ids import WorkerId
+from lading_elected import gauges
 from tests.support import factories
 
 

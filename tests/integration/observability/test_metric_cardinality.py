@@ -4,10 +4,11 @@ label value is ever a job id, a document key or a URL."""
 import asyncpg
 from lading_worker import running
 
-from lading import accepting, gauges, metrics
+from lading import accepting, metrics
 from lading.db import registry
 from lading.ids import TenantName
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_elected import gauges
 from tests.support import factories, waiting
 
 TENANTS = [f"tenant-{i}" for i in range(5)]

@@ -10,8 +10,9 @@ import uuid
 
 import asyncpg
 import pytest
+from lading_worker import cleaning
 
-from lading import cleaning, metrics
+from lading import metrics
 from lading.db import pool as dbpool
 from tests.support import waiting
 

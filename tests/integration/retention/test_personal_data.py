@@ -17,8 +17,8 @@ import sys
 import asyncpg
 import pydantic
 import pytest
+from lading_worker import cleaning
 
-from lading import cleaning
 from lading.db import pool as dbpool
 from lading.db import registry, reporting
 from lading.delivery import resolving

@@ -14,7 +14,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
-COMPONENTS = ("lading", "worker", "operator", "cli", "webhook_receiver")
+COMPONENTS = ("lading", "lading_elected", "worker", "operator", "cli", "webhook_receiver")
 """The product's source roots (tests and hack/ seed databases by hand, on purpose)."""
 
 RUNS_SQL = frozenset({

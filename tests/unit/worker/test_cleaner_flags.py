@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from lading_worker import main
-
-from lading import cleaning
+from lading_worker import cleaning, main
 
 
 def _parse(*argv: str) -> argparse.Namespace:

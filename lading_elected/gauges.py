@@ -11,9 +11,9 @@ interval. The lock lives on a dedicated connection: when that process dies or lo
 connection, PostgreSQL releases the lock and another replica takes over within one interval.
 
 The values come from the repositories (`lading.db.jobs`, `outbox`, `registry`, `deliveries`);
-this module runs no SQL of its own. The refresher stays in the core, not in a process package,
-because two processes run it: every worker, and the operator (so the gauges exist while the
-workers are scaled to zero); components do not import each other.
+this module runs no SQL of its own. Two processes run the refresher: every worker, and the
+operator (so the gauges exist while the workers are scaled to zero); components do not import
+each other, so it lives in this package, which both wire.
 
 Label values come from the database but are bounded: pools, tenants (registered through CRs)
 and the closed set of states. Series of pools or tenants that disappeared are removed at each
@@ -25,16 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 
-from lading import looping, metrics
-from lading.db import deliveries, jobs, locks, outbox, registry
-from lading.db import pool as dbpool
-
-logger = logging.getLogger(__name__)
+from lading import metrics
+from lading.db import deliveries, jobs, outbox, registry
+from lading_elected import election
 
 ELECTION_LOCK_KEY = 0x6C6164696E67  # "lading": the advisory lock key of the gauge election
 
@@ -63,73 +60,19 @@ async def refreshing(database_url: str, *, settings: GaugeSettings | None = None
             raise failure
 
 
-class Election:
-    """One process among every replica holds session-level advisory lock `key` on a dedicated
-    connection; `leader` tells whether this one does. Used by the gauge refresher and the cleaner
-    (`lading.cleaning`), each with its own key, so they may be elected in different processes."""
-
-    def __init__(self, database_url: str, *, key: int, what: str) -> None:
-        self._url = database_url
-        self._key = key
-        self._what = what
-        self.conn: asyncpg.Connection | None = None
-        self.leader = False
-
-    async def stand(self) -> asyncpg.Connection | None:
-        """Try to be (or stay) the leader; the election's connection if elected, else None."""
-        if self.conn is None or self.conn.is_closed():
-            self.conn = await dbpool.connect(self._url)
-            self.leader = False
-        if not self.leader:
-            self.leader = await locks.try_session_lock(self.conn, key=self._key)
-            if self.leader:
-                logger.info("Elected to %s", self._what)
-        return self.conn if self.leader else None
-
-    async def resign(self) -> None:
-        self.leader = False
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                await self.conn.close()  # closing the session releases the advisory lock
-            self.conn = None
-
-
-async def run_elected(
-        stop: asyncio.Event,
-        *,
-        run_once: Callable[[], Awaitable[object]],
-        resign: Callable[[], Awaitable[None]],
-        interval_s: Callable[[], float],
-        what: str,
-) -> None:
-    """The loop of an elected job (the gauge refresher, the cleaner): `run_once` stands for election
-    and works if elected, every `interval_s()` until `stop`. A database failure resigns, so another
-    replica may take over while this one reconnects; stopping always resigns."""
-    try:
-        while not stop.is_set():
-            try:
-                await run_once()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                logger.warning("%s failed: %s", what, exc)
-                await resign()
-            await looping.wait_or_stop(stop, interval_s())
-    finally:
-        await resign()
-
-
 class GaugeRefresher:
     """Runs the election and the refresh loop for one process; `leader` tells whether it is elected."""
 
     def __init__(self, database_url: str, *, settings: GaugeSettings | None = None) -> None:
         self.settings = settings or GaugeSettings()
-        self._election = Election(database_url, key=ELECTION_LOCK_KEY, what="refresh database gauges")
+        self._election = election.Election(database_url, key=ELECTION_LOCK_KEY, what="refresh database gauges")
 
     @property
     def leader(self) -> bool:
         return self._election.leader
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        await run_elected(
+        await election.run_elected(
             stop, run_once=self.run_once, resign=self._resign, interval_s=lambda: self.settings.interval_s,
             what="Gauge refresh",
         )

@@ -21,8 +21,9 @@ stops a table after `max_batches` batches so one huge backlog cannot starve the 
 the next round goes on where it stopped.
 
 Why elected: two cleaners would only race for the same rows. Every worker runs a `Cleaner`, and
-the one holding the cleaner's advisory lock cleans (the gauge refresher's `Election`, with its
-own key, so the two jobs may land in different processes). The others export no cleaner gauges.
+the one holding the cleaner's advisory lock cleans (`lading_elected.election`, as the gauge
+refresher does, with its own key, so the two jobs may land in different processes). The others
+export no cleaner gauges.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from typing import Final
 
 import asyncpg
 
-from lading import gauges, looping, metrics
+from lading import looping, metrics
 from lading.db import retention
+from lading_elected import election
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ async def cleaning(database_url: str, *, settings: CleanerSettings | None = None
         yield cleaner
     finally:
         stop.set()
-        await asyncio.wait([task])  # not `await task`: see gauges.refreshing
+        await asyncio.wait([task])  # not `await task`: see lading_elected.gauges.refreshing
         failure = None if task.cancelled() else task.exception()
         if failure is not None:
             raise failure
@@ -154,14 +156,14 @@ class Cleaner:
 
     def __init__(self, database_url: str, *, settings: CleanerSettings | None = None) -> None:
         self.settings = settings or CleanerSettings()
-        self._election = gauges.Election(database_url, key=ELECTION_LOCK_KEY, what="clean expired rows")
+        self._election = election.Election(database_url, key=ELECTION_LOCK_KEY, what="clean expired rows")
 
     @property
     def leader(self) -> bool:
         return self._election.leader
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        await gauges.run_elected(
+        await election.run_elected(
             stop, run_once=self.run_once, resign=self._resign,
             interval_s=lambda: looping.jittered(self.settings.interval_s), what="Cleaning",
         )
