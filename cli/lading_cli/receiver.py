@@ -58,6 +58,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--grace", type=float, default=_DEFAULTS.shutdown_grace_s,
         help=f"seconds deliveries in flight get to finish on SIGTERM (default {_DEFAULTS.shutdown_grace_s:g})",
     )  # fmt: skip
+    window_h = settings.dedup_window_s(_DEFAULTS.tolerance_s) / settings.HOUR_S
+    retention_h = _DEFAULTS.inbox_retention_s / settings.HOUR_S
+    parser.add_argument(
+        "--retain-inbox-hours", type=float, default=retention_h,
+        help=f"inbox rows are deleted this long after receipt (default {retention_h:g}; at least the dedup "
+             f"window, {window_h:g} with the default tolerance: 30 days + the tolerance)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cleaner-interval", type=float, default=_DEFAULTS.cleaner_interval_s,
+        help=f"seconds between inbox cleaning rounds (default {_DEFAULTS.cleaner_interval_s:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cleaner-batch", type=int, default=_DEFAULTS.cleaner_batch_size,
+        help=f"inbox rows per DELETE statement (default {_DEFAULTS.cleaner_batch_size})",
+    )  # fmt: skip
 
 
 def collect_secrets(args: argparse.Namespace, environ: dict[str, str] | os._Environ[str]) -> list[str]:
@@ -102,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
             pool_max_size=args.pool_size,
             shutdown_grace_s=args.grace,
             adapter=args.adapter,
+            inbox_retention_s=args.retain_inbox_hours * settings.HOUR_S,
+            cleaner_interval_s=args.cleaner_interval,
+            cleaner_batch_size=args.cleaner_batch,
         )
     except ValueError as exc:
         raise SystemExit(f"lading receiver: {exc}") from None

@@ -10,6 +10,7 @@ deliveries carry it.
     adapters.py   the ErpAdapter seam (prepare, apply) and its contract
     ledger.py     the `ledger` adapter: invoices in the receiver's own table, deduplicated
                   by (tenant, supplier identity, invoice number)
+    cleaning.py   InboxCleaner: deletes inbox rows past the retention (never inside the dedup window)
     metrics.py    the receiver's own Prometheus registry
     serving.py    `receiving(...)`: pool + server as one async context (waits for its schema);
                   `migrate(url)`: applies its migrations (`lading migrate --receiver`, `lading run`)

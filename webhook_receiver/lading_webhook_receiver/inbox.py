@@ -106,3 +106,16 @@ async def _replayed(conn: asyncpg.Connection, *, delivery_id: str, sha256: bytes
 async def count_by_status(conn: asyncpg.Connection) -> dict[str, int]:
     """Inbox rows by the answer given: {"accepted": n, "duplicate": m} (duplicate = duplicate intent)."""
     return {row["status"]: int(row["n"]) for row in await conn.fetch(queries.ERP_INBOX_COUNT_BY_STATUS)}
+
+
+async def delete_expired(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
+    """Delete at most `limit` answered rows received more than `older_than_s` seconds ago (the
+    database's clock), oldest first; how many went. The caller bounds `older_than_s` below by the
+    dedup window (`settings.ReceiverSettings`)."""
+    return int(await conn.fetchval(queries.ERP_INBOX_DELETE_EXPIRED, older_than_s, limit))
+
+
+async def oldest_age_s(conn: asyncpg.Connection) -> float | None:
+    """Age in seconds of the oldest inbox row; None when the inbox is empty."""
+    age: float | None = await conn.fetchval(queries.ERP_INBOX_OLDEST_AGE)
+    return age

@@ -81,6 +81,17 @@ class ReceiverMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
             registry=self.registry,
         )
+        self.cleaner_deleted = prom.Counter(
+            "lading_receiver_cleaner_deleted_total",
+            "Inbox rows deleted past the inbox retention (cleaning.py)",
+            registry=self.registry,
+        )
+        self.inbox_oldest_age = prom.Gauge(
+            "lading_receiver_inbox_oldest_age_seconds",
+            "Age of the oldest inbox row, read by the cleaner each round (0 when the inbox is empty); "
+            "far above the retention: the cleaner is behind or not running",
+            registry=self.registry,
+        )
         for outcome in OUTCOMES:
             self.deliveries.labels(outcome)
         for reason in REASONS:

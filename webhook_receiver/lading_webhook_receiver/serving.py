@@ -6,8 +6,9 @@ Running a receiver: the connection pool and the HTTP server, as one context.
         server.counts()     # metrics.Counts: accepted, duplicate_delivery, duplicate_intent, rejected
         await server.ledger_count()   # ERP records booked (or ledger.count(conn) on any connection)
 
-Entering starts listening; leaving stops accepting, lets deliveries in flight finish (up to the
-shutdown grace), then closes the pool. `lading receiver` and `lading run` both use this.
+Entering starts listening and the inbox cleaner (cleaning.py); leaving stops accepting, lets
+deliveries in flight finish (up to the shutdown grace), then closes the pool. `lading receiver`
+and `lading run` both use this.
 
 The receiver never applies its migrations itself: `migrate(url)` does, called by `lading migrate
 --receiver` (the chart's migration Job) and by `lading run` for the database it owns. A receiver
@@ -32,7 +33,7 @@ from lading import looping, schema
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.webhooks import signing
-from lading_webhook_receiver import adapters, app, ledger, metrics, settings
+from lading_webhook_receiver import adapters, app, cleaning, ledger, metrics, settings
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +115,30 @@ async def receiving(
             site = aiohttp.web.TCPSite(runner, host, port)
             await site.start()
             bound = [address for address in runner.addresses if isinstance(address, tuple)]
-            async with _until_current(database_url, handlers):
+            async with _until_current(database_url, handlers), _cleaning(pool, config, observe, handlers):
                 yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool)
         finally:
             await runner.cleanup()
     finally:
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _cleaning(
+        pool: asyncpg.Pool, config: settings.ReceiverSettings, observe: metrics.ReceiverMetrics, handlers: app.Receiver
+) -> AsyncIterator[None]:
+    """The inbox cleaner (cleaning.py) runs while the block runs, once the schema is current."""
+    cleaner = cleaning.InboxCleaner(pool, config=config, observe=observe,
+                                    schema_current=lambda: handlers.waiting_for is None)  # fmt: skip
+    stop = asyncio.Event()
+    [task] = looping.spawn([("inbox cleaner", cleaner.run_forever(stop))])
+    try:
+        yield
+    finally:
+        stop.set()
+        outcome: object = (await asyncio.gather(task, return_exceptions=True))[0]
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            logger.error("the inbox cleaner failed: %s", type(outcome).__name__)
 
 
 @contextlib.asynccontextmanager

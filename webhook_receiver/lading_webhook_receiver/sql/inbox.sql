@@ -18,3 +18,26 @@ RETURNING delivery_id;
 
 -- name: erp_inbox_count_by_status
 SELECT status, count(*) AS n FROM erp_inbox GROUP BY status;
+
+-- name: erp_inbox_delete_expired
+-- Retention (cleaning.py): at most $2 answered inbox rows received more than $1 seconds ago,
+-- oldest first through erp_inbox_received_at, locked SKIP LOCKED (a delivery's transaction is
+-- never waited on; a concurrent cleaner of another replica takes other rows). The cut-off is
+-- now() of this statement (autocommit), the database's clock, as received_at is: a stable
+-- value, so it is an index condition and the scan stops at the first row inside the retention.
+-- The retention is bounded below by the dedup window (settings.ReceiverSettings), so no row a
+-- redelivery could still match goes. The ledger is never touched: booked invoices stay.
+WITH doomed AS (
+    SELECT delivery_id FROM erp_inbox
+     WHERE received_at < now() - make_interval(secs => $1) AND status IS NOT NULL
+     ORDER BY received_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM erp_inbox i USING doomed d WHERE i.delivery_id = d.delivery_id RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: erp_inbox_oldest_age
+-- Age in seconds of the oldest inbox row (NULL when none), from erp_inbox_received_at.
+SELECT extract(epoch FROM clock_timestamp() - min(received_at))::float8 FROM erp_inbox;
