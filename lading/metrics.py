@@ -57,6 +57,19 @@ COMMIT_BATCH = prom.Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250),
 )
 
+# What model calls cost (lading/costing.py, docs/cost.md).
+COST = prom.Counter(
+    "lading_cost_total",
+    "What model calls cost at their pool's spec.pricing, in the pool's currency (exact sums: the "
+    "database, docs/cost.md)",
+    ["tenant", "pool", "currency"],
+)
+COST_SAVED = prom.Counter(
+    "lading_cost_saved_total",
+    "What reused results avoided paying: the cost of the job each result was taken from, in its currency",
+    ["tenant", "pool", "currency"],
+)
+
 # Documents given by manifest (lading/documents/fetching.py), read by workers before the model call.
 DOCUMENT_FETCHES = prom.Counter(
     "lading_document_fetches_total",

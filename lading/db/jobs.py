@@ -171,7 +171,7 @@ async def finish_many(
     """
     if not finishes:
         return set()
-    columns: list[list[Any]] = [[] for _ in range(14)]
+    columns: list[list[Any]] = [[] for _ in range(16)]
     for f in finishes:
         values = (
             f.job_id,
@@ -188,10 +188,12 @@ async def finish_many(
             f.validation,
             f.output_sha256,
             f.give_back_attempt,
+            f.usage.cost,
+            f.usage.currency,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    rows = await conn.fetch(queries.sql("job_finish_many"), *columns, worker_id)
+    rows = await conn.fetch(queries.sql("job_finish_many"), *columns[:14], worker_id, *columns[14:])
     return {JobId(r["id"]) for r in rows}
 
 

@@ -15,6 +15,7 @@ field and keeps none of its values. Values are meant to be refused earlier, wher
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import re
 from typing import Any, Final
 
@@ -44,6 +45,10 @@ class Usage:
     tokens_in: int | None = None
     tokens_out: int | None = None
     latency_ms: int | None = None
+    cost: decimal.Decimal | None = None
+    """What the attempt cost at its pool's prices (`lading.costing`), exact; None: the pool is unpriced."""
+    currency: str | None = None
+    """ISO 4217 code of `cost`; set exactly when `cost` is."""
 
 
 NO_USAGE = Usage()
@@ -120,6 +125,8 @@ def unstorable(finish: Finish, *, sqlstate: str | None = None) -> Finish:
             tokens_in=_plausible(finish.usage.tokens_in),
             tokens_out=_plausible(finish.usage.tokens_out),
             latency_ms=_plausible(finish.usage.latency_ms),
+            cost=finish.usage.cost,  # computed by the worker from validated prices: always storable
+            currency=finish.usage.currency,
         ),
     )
 

@@ -35,7 +35,7 @@ import pydantic
 import pydantic.alias_generators
 import pydantic_core
 
-from lading import storable
+from lading import costing, storable
 
 GROUP = "lading.dev"
 VERSION = "v1alpha1"
@@ -68,6 +68,8 @@ LABEL_KEY_PATTERN = (
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+DECIMAL_AMOUNT_PATTERN = costing.DECIMAL_PATTERN
+"""A price or an amount of money as a decimal string (`"0.15"`, `"500.00"`): exact, never a float."""
 
 PATTERN_HINTS: dict[str, str] = {
     DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
@@ -88,6 +90,8 @@ PATTERN_HINTS: dict[str, str] = {
     LABEL_VALUE_PATTERN: "a label value (at most 63 letters, digits, '-', '_' and '.', starting and "
     "ending with a letter or digit)",
     QUANTITY_PATTERN: "a size such as '8Gi' or '500Mi'",
+    DECIMAL_AMOUNT_PATTERN: "a decimal amount such as '0.15' (digits, an optional '.' and at most 9 decimal "
+    "places, at most 12 digits before it, no sign or exponent)",
 }
 """A human phrase for each pattern above, so error messages say "must be a DNS-1123 label"
 instead of printing a regular expression. The loader completes it to "must be <hint>"."""
@@ -215,6 +219,25 @@ def _duplicates(items: list[str]) -> list[str]:
     return [item for item, count in collections.Counter(items).items() if count > 1]
 
 
+def _exact_amount(value: object) -> object:
+    """A price or money amount must be a quoted decimal string: YAML `0.1` is a float, which is not
+    0.1, so it is refused by name instead of rounded (`lading.costing.parse_amount`)."""
+    if not isinstance(value, str):
+        raise pydantic_core.PydanticCustomError(
+            "decimal_string",
+            "must be a decimal string such as \"0.15\" (quoted, so it stays exact), not a {kind}",
+            {"kind": type(value).__name__},
+        )
+    return value
+
+
+DecimalAmount = Annotated[
+    str,
+    pydantic.Field(min_length=1, max_length=22, pattern=DECIMAL_AMOUNT_PATTERN),
+    pydantic.BeforeValidator(_exact_amount),  # after the constraints: it runs first, and keeps them in the schema
+]
+"""Money as a decimal string (`DECIMAL_AMOUNT_PATTERN`); `lading.costing.parse_amount` reads it exactly."""
+
 DnsLabel = Annotated[str, pydantic.StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 DnsSubdomain = Annotated[
     str, pydantic.StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
@@ -326,6 +349,37 @@ class RetentionSpec(_Spec):
         return self
 
 
+class MoneyBudget(_Spec):
+    """What a tenant may spend on model calls, in one currency (docs/cost.md)."""
+
+    currency: str = pydantic.Field(
+        min_length=3,
+        max_length=3,
+        pattern=CURRENCY_CODE_PATTERN,
+        description="ISO 4217 code of the budget (EUR, USD, ...). Only pools priced in this currency count "
+        "against it; a batch naming a pool priced in another currency is not admitted (no exchange rates).",
+    )
+    monthly: DecimalAmount | None = pydantic.Field(
+        default=None,
+        description="Most the tenant may spend per calendar month (UTC), as a decimal string such as "
+        "\"500.00\". When spent, its jobs wait (never fail) until the month ends or the budget is raised.",
+    )
+    daily: DecimalAmount | None = pydantic.Field(
+        default=None,
+        description="Most the tenant may spend per UTC day, as a decimal string. When spent, its jobs wait "
+        "until the next UTC day. At most monthly.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _some_limit(self) -> MoneyBudget:
+        if self.monthly is None and self.daily is None:
+            raise ValueError("a budget needs monthly, daily or both")
+        if self.monthly is not None and self.daily is not None:
+            if costing.parse_amount(self.daily, field="daily") > costing.parse_amount(self.monthly, field="monthly"):
+                raise ValueError(f"daily ({self.daily}) must not exceed monthly ({self.monthly})")
+        return self
+
+
 class TenantQuotaSpec(_Spec):
     """What a tenant (a set of namespaces) may queue and consume. Cluster-scoped, owned by platform teams."""
 
@@ -383,6 +437,19 @@ class TenantQuotaSpec(_Spec):
         default=None,
         description="How long the tenant's document texts and results are kept after their jobs end. "
         "Unset: kept until deleted by hand.",
+    )
+    result_reuse: ResultReuse = pydantic.Field(
+        default="tenant",
+        description="tenant: a document takes an earlier accepted result of this tenant with the same SHA-256, "
+        "schema, model, prompt version and validation policy instead of calling the model (unless its "
+        "ExtractionBatch says reuse: false). none: every document calls the model. Results are never "
+        "shared between tenants.",
+    )
+    budget: MoneyBudget | None = pydantic.Field(
+        default=None,
+        description="What the tenant may spend on model calls per month and/or day, priced by the pools' "
+        "spec.pricing. When spent, claims of its jobs stop (they wait, never fail) until the period ends. "
+        "Unset: no money budget.",
     )
 
     @pydantic.field_validator("namespaces", "allowed_priorities", "allowed_pools")
@@ -560,6 +627,24 @@ class BuiltinSettings(_Spec):
     )
 
 
+class Pricing(_Spec):
+    """What the pool's model calls cost, per million tokens, in one currency (docs/cost.md)."""
+
+    currency: str = pydantic.Field(
+        min_length=3,
+        max_length=3,
+        pattern=CURRENCY_CODE_PATTERN,
+        description="ISO 4217 code of the prices (USD, EUR, ...). Fixed once set: a priced pool's currency "
+        "does not change (create another pool).",
+    )
+    input_per_million_tokens: DecimalAmount = pydantic.Field(
+        description="Price of a million prompt (input) tokens, as a decimal string such as \"0.15\".",
+    )
+    output_per_million_tokens: DecimalAmount = pydantic.Field(
+        description="Price of a million completion (output) tokens, as a decimal string such as \"0.60\".",
+    )
+
+
 class PoolLimits(_Spec):
     """What the pool's model may be sent, across all workers; enforced by the shared limiter."""
 
@@ -688,6 +773,13 @@ class InferencePoolSpec(_Spec):
     paused: bool = pydantic.Field(
         default=False,
         description="Stop claiming new jobs from this pool; running calls finish. Queued jobs wait.",
+    )
+    pricing: Pricing | None = pydantic.Field(
+        default=None,
+        description="Prices of the model's tokens. Every attempt records its cost from them (a timed-out "
+        "request at its reservation), summed per job, batch and tenant; TenantQuota budgets count it. For a "
+        "vllm pool, give the per-token prices your GPU cost works out to (docs/cost.md). Unset: calls are not "
+        "priced. Workers read it when they start.",
     )
     default_currency: str | None = pydantic.Field(
         default=None,

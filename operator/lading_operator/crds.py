@@ -156,6 +156,11 @@ KINDS: tuple[KindSpec, ...] = (
                 description="Seconds the oldest eligible job has waited",
             ),
             AGE,
+            PrinterColumn(
+                name="Cost", json_path=".status.cost.amount", priority=1,
+                description="What the batch's model calls cost at its pool's prices (-o wide)",
+            ),
+            PrinterColumn(name="Currency", json_path=".status.cost.currency", priority=1),
         ),
         rules={
             ("spec",): (
@@ -219,6 +224,12 @@ KINDS: tuple[KindSpec, ...] = (
                     "rule": "self.provider == 'builtin' || !has(self.builtin)",
                     "message": "builtin settings are only for provider builtin",
                 },
+                {
+                    "rule": "!has(oldSelf.pricing) || !has(self.pricing) "
+                    "|| self.pricing.currency == oldSelf.pricing.currency",
+                    "message": "pricing.currency is fixed once set: the pool's costs are summed in it; "
+                    "create another pool",
+                },
             ),
             ("spec", "workers"): (
                 {"rule": "self.maxReplicas >= self.minReplicas", "message": "maxReplicas must be at least minReplicas"},
@@ -249,6 +260,15 @@ KINDS: tuple[KindSpec, ...] = (
             PrinterColumn(name="InFlight", type="integer", json_path=".status.inFlight"),
             AGE,
         ),
+        rules={
+            ("spec", "budget"): (
+                {"rule": "has(self.monthly) || has(self.daily)", "message": "a budget needs monthly, daily or both"},
+                {
+                    "rule": "!has(self.monthly) || !has(self.daily) || double(self.daily) <= double(self.monthly)",
+                    "message": "daily must not exceed monthly",
+                },
+            ),
+        },
         extensions={
             ("spec", "namespaces"): {"x-kubernetes-list-type": "set"},
             ("spec", "allowedPriorities"): {"x-kubernetes-list-type": "set"},

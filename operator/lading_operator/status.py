@@ -105,6 +105,15 @@ class RecentFailure(_Status):
     at: Timestamp = pydantic.Field(description="When the failure was recorded (RFC 3339).")
 
 
+class Money(_Status):
+    """An exact amount of money: a decimal string (never a float) and its ISO 4217 currency."""
+
+    amount: str = pydantic.Field(
+        min_length=1, max_length=64, pattern=r"^[0-9]+(\.[0-9]+)?$", description="Decimal amount, e.g. 0.0123."
+    )
+    currency: str = pydantic.Field(min_length=3, max_length=3, pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")
+
+
 class ExtractionBatchStatus(_Status):
     """Progress of an ExtractionBatch, summarised from PostgreSQL by the operator."""
 
@@ -135,6 +144,11 @@ class ExtractionBatchStatus(_Status):
     cancelled: Count | None = pydantic.Field(default=None, description="Jobs cancelled.")
     delivered: Count | None = pydantic.Field(
         default=None, description="Results delivered to the DeliveryEndpoint."
+    )
+    cost: Money | None = pydantic.Field(
+        default=None,
+        description="What the batch's model calls cost at its pool's spec.pricing, every attempt included "
+        "(a timed-out one at its reservation). Absent for an unpriced pool.",
     )
     oldest_eligible_age_seconds: Count | None = pydantic.Field(
         default=None, description="Seconds the oldest job eligible to run has waited."
@@ -191,6 +205,13 @@ class TenantQuotaStatus(_Status):
     queued_bytes: Count | None = pydantic.Field(default=None, description="Bytes of document text queued.")
     in_flight: Count | None = pydantic.Field(default=None, description="Model calls running now.")
     tokens_today: Count | None = pydantic.Field(default=None, description="Model tokens used this UTC day.")
+    spent_today: Money | None = pydantic.Field(
+        default=None, description="With spec.budget: what the tenant spent this UTC day, in the budget's currency."
+    )
+    spent_this_month: Money | None = pydantic.Field(
+        default=None,
+        description="With spec.budget: what the tenant spent this calendar month (UTC), in the budget's currency.",
+    )
     conditions: Conditions | None = pydantic.Field(default=None, description="Ready, BudgetExhausted.")
 
 

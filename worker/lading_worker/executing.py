@@ -47,7 +47,7 @@ from collections.abc import Callable
 import asyncpg
 import prometheus_client
 
-from lading import errors, failpoints, limiting, looping, metrics, storable, urls
+from lading import costing, errors, failpoints, limiting, looping, metrics, storable, urls
 from lading.db import jobs
 from lading.documents import fetching
 from lading.jobs import retry, transitions
@@ -79,6 +79,8 @@ class Executor:
     default_currency: str | None = None
     """ISO code `invoice-strict-v2` books for a document that shows no currency; None: such a
     document goes to review (`lading.validation.validate`, docs/validation.md)."""
+    pricing: costing.Pricing | None = None
+    """The pool's spec.pricing: every attempt's cost is recorded with its outcome; None: unpriced."""
     _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
 
     async def run(
@@ -91,10 +93,11 @@ class Executor:
         """Call the model, then judge its outcome. `on_model_done` runs as soon as the call
         returns, before validation: the claimer uses it to reuse the concurrency slot."""
         job, unreadable = await self.document(job)
+        billed = costing.NOTHING
         if unreadable is not None:
             outcome, elapsed = base.checked(unreadable), 0.0
         else:
-            outcome, elapsed = await self.call(job)
+            outcome, elapsed, billed = await self.call(job)
         if on_model_done is not None:
             on_model_done()
             # Yield once, so that when many calls return together the claimer refills their
@@ -102,7 +105,10 @@ class Executor:
             await asyncio.sleep(0)
         await failpoints.ahit("worker.after_model_before_commit")
         now = job.claimed_at + dt.timedelta(seconds=time.monotonic() - claimed_mono)
-        return self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000))
+        finish = self.decide(job, outcome, now=now, latency_ms=int(elapsed * 1000), billed=billed)
+        if self.pricing is not None and finish.usage.cost is not None:
+            costing.count_spent(tenant=job.tenant, pool=job.pool, pricing=self.pricing, amount=finish.usage.cost)
+        return finish
 
     async def document(self, job: jobs.ClaimedJob) -> tuple[jobs.ClaimedJob, base.Outcome | None]:
         """The job with its document's text, fetched and verified when it was given by manifest;
@@ -143,8 +149,9 @@ class Executor:
             return job, failed
         return dataclasses.replace(job, text=text), None
 
-    async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float]:
-        """The model call under the attempt timeout; every failure becomes a classified Outcome."""
+    async def call(self, job: jobs.ClaimedJob) -> tuple[base.Outcome, float, costing.Billed]:
+        """The model call under the attempt timeout; every failure becomes a classified Outcome.
+        Also returns the seconds it took and the tokens it is billed for (`lading.costing.billed`)."""
         document = base.Document(
             job_id=job.id,
             key=job.document_key,
@@ -162,7 +169,7 @@ class Executor:
                 # Nothing was sent: safe to retry, like a connection error before the request.
                 return base.Outcome.failed(
                     base.OutcomeClass.TRANSIENT, error_class="LIMITER_UNAVAILABLE", error=str(exc)[:500]
-                ), 0.0
+                ), 0.0, costing.NOTHING
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.settings.timeout_s):
@@ -196,7 +203,13 @@ class Executor:
             metrics.TOKENS.labels(job.pool, "out").inc(outcome.tokens_out)
         if permit is not None and self.limiter is not None:
             outcome = await self._settle(self.limiter, permit, reservation, outcome)
-        return outcome, elapsed
+        billed = costing.billed(
+            answered=outcome.outcome in (base.OutcomeClass.OK, base.OutcomeClass.INVALID_OUTPUT),
+            sent_and_lost=outcome.outcome is base.OutcomeClass.TIMEOUT_AMBIGUOUS,
+            tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out,
+            reserved_in=reservation.prompt_tokens, reserved_out=reservation.output_tokens,
+        )  # fmt: skip
+        return outcome, elapsed, billed
 
     def _reservation(self, job: jobs.ClaimedJob, document: base.Document) -> limiting.Reservation:
         """What the request will count against the pool's tokens per minute, estimated from the real
@@ -243,9 +256,18 @@ class Executor:
         return metrics.PROVIDER_LATENCY.labels(pool)
 
     def decide(
-            self, job: jobs.ClaimedJob, outcome: base.Outcome, *, now: dt.datetime, latency_ms: int
+            self,
+            job: jobs.ClaimedJob,
+            outcome: base.Outcome,
+            *,
+            now: dt.datetime,
+            latency_ms: int,
+            billed: costing.Billed = costing.NOTHING,
     ) -> transitions.Finish:
         usage = transitions.Usage(tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out, latency_ms=latency_ms)
+        if self.pricing is not None:
+            cost = self.pricing.cost(tokens_in=billed.tokens_in, tokens_out=billed.tokens_out)
+            usage = dataclasses.replace(usage, cost=cost, currency=self.pricing.currency)
         if outcome.outcome is base.OutcomeClass.OK and outcome.result is not None:
             try:
                 verdict = policies.validate(

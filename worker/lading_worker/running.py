@@ -31,7 +31,7 @@ import socket
 
 import asyncpg
 
-from lading import limiting, looping
+from lading import costing, limiting, looping
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.documents import fetching
@@ -125,9 +125,10 @@ class Worker:
         async with self.db.acquire() as conn:  # the pool's default currency, for invoice-strict-v2
             row = await registry.get_pool(conn, name=pool)
         default_currency = specs.stored_default_currency(row.spec) if row is not None else None
+        pricing = costing.Pricing.from_stored(row.spec) if row is not None else None
         executor = executing.Executor(
             provider=provider, settings=s.attempt, limiter=limiter, fetcher=self.fetcher,
-            default_currency=default_currency,
+            default_currency=default_currency, pricing=pricing,
         )
         claimer = claiming.Claimer(
             self.db,

@@ -110,13 +110,18 @@ SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
 -- the primary key instead of joining every submitted row against every running job.
 -- A value PostgreSQL cannot store fails the whole statement with a data error (SQLSTATE class
 -- 22/54); the committer then splits the group to isolate it (lading.storable.isolate).
--- $1..$14 are the per-attempt arrays, one element per attempt; $15 is the committing worker.
+-- $1..$14 and $16, $17 are the per-attempt arrays, one element per attempt; $15 is the committing
+-- worker. $16/$17: what the attempt cost and in which currency (NULL: an unpriced pool), added to
+-- the attempt, the job and the tenant's spend of the day (tenant_spend) whether or not the
+-- attempt was stale: the call was paid for (docs/cost.md).
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
-                  $8::bigint[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $13::text[], $14::bool[])
+                  $8::bigint[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $13::text[], $14::bool[],
+                  $16::numeric[], $17::text[])
            AS t(job_id, fence, to_state, retry_in_s, outcome, error_class, error,
-                tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back)
+                tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back,
+                cost, cost_currency)
 ), locked AS (
     -- Lock the rows in id order before changing them (see job_heartbeat_many).
     SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
@@ -133,6 +138,9 @@ WITH input AS (
            finished_at = CASE WHEN i.to_state IN ('SUCCEEDED', 'FAILED_TERMINAL') THEN clock_timestamp() END,
            last_error_class = i.error_class,
            last_error = i.error,
+           cost = CASE WHEN i.cost IS NULL OR j.cost_currency <> i.cost_currency THEN j.cost
+                       ELSE coalesce(j.cost, 0) + i.cost END,
+           cost_currency = coalesce(j.cost_currency, i.cost_currency),
            updated_at = clock_timestamp()
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id
@@ -147,7 +155,7 @@ WITH input AS (
            outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN i.outcome ELSE 'stale' END,
            error_class = i.error_class, error = i.error,
            tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms,
-           output_sha256 = i.output_sha256
+           output_sha256 = i.output_sha256, cost = i.cost, cost_currency = i.cost_currency
       FROM input i
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
 ), stored AS (
@@ -158,6 +166,23 @@ WITH input AS (
 ), stale AS (
     INSERT INTO stale_completions (job_id, fence, worker_id)
     SELECT i.job_id, i.fence, $15 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
+), stale_cost AS (
+    -- A stale attempt's call was paid for too: its job's sum includes it (rows held by `locked`).
+    UPDATE extraction_jobs j
+       SET cost = coalesce(j.cost, 0) + i.cost, cost_currency = coalesce(j.cost_currency, i.cost_currency)
+      FROM input i JOIN locked l ON l.id = i.job_id
+     WHERE j.id = i.job_id AND i.job_id NOT IN (SELECT id FROM finished)
+       AND i.cost IS NOT NULL AND (j.cost_currency IS NULL OR j.cost_currency = i.cost_currency)
+), spent AS (
+    -- Money spent counts against the tenant's budget whether or not the attempt was stale; rows
+    -- in (tenant, currency) order, like tenant_usage below.
+    INSERT INTO tenant_spend AS s (tenant, currency, day, amount)
+    SELECT j.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
+      FROM input i JOIN extraction_jobs j ON j.id = i.job_id
+     WHERE i.cost > 0
+     GROUP BY j.tenant, i.cost_currency
+     ORDER BY j.tenant, i.cost_currency
+    ON CONFLICT (tenant, currency, day) DO UPDATE SET amount = s.amount + EXCLUDED.amount
 ), used AS (
     -- Tokens spent count against the tenant's daily budget whether or not the attempt was stale.
     -- Tenants in name order: two finishing statements lock their usage rows in the same order.
@@ -216,6 +241,54 @@ WITH input AS (
      WHERE a.job_id = r.id AND a.fence = r.old_fence AND a.finished_at IS NULL
 )
 SELECT id FROM released;
+
+-- name: job_resolve_reuse
+-- What each of the jobs $1 (fences $2) worker $3 just claimed does, for model $4 and prompt version
+-- $5: take an earlier result, wait for a duplicate in flight (only with its deadline more than $6 s
+-- away), or lead (call the model). lading_reuse_resolve (migration 0019) says how.
+SELECT job_id, decision, other_job, waits, result, validation, saved_cost, saved_currency
+  FROM lading_reuse_resolve($1::bigint[], $2::bigint[], $3, $4, $5, $6);
+
+-- name: job_finish_reused_many
+-- RUNNING -> SUCCEEDED for attempts that took an earlier accepted result instead of calling the
+-- model (lading_reuse_resolve, migration 0019; docs/reuse.md). The compare-and-set of
+-- job_finish_many on (owner, fence, unexpired lease); the job records the job it took the result
+-- from (reused_from), its attempt row closes as `reused` with no tokens, the result and verdict are
+-- stored as taken, and the triggers write the completion event and the delivery like for any other
+-- success. A stale attempt changes nothing and is recorded in stale_completions.
+-- $1 job ids, $2 fences, $3 the jobs the results come from, $4 results, $5 verdicts; $6 the worker.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[], $5::jsonb[])
+           AS t(job_id, fence, source, result, validation)
+), locked AS (
+    -- Lock the rows in id order before changing them (see job_heartbeat_many).
+    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+), finished AS (
+    UPDATE extraction_jobs j
+       SET state = 'SUCCEEDED', reused_from = i.source, lease_until = NULL, worker_id = NULL,
+           finished_at = clock_timestamp(), last_error_class = NULL, last_error = NULL,
+           updated_at = clock_timestamp()
+      FROM input i JOIN locked l ON l.id = i.job_id
+     WHERE j.id = i.job_id
+       AND j.fence = i.fence
+       AND j.worker_id = $6
+       AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.result, i.validation
+), closed AS (
+    UPDATE job_attempts a
+       SET finished_at = clock_timestamp(),
+           outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN 'reused' ELSE 'stale' END,
+           tokens_in = 0, tokens_out = 0, latency_ms = 0
+      FROM input i
+     WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+), stored AS (
+    INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
+    SELECT id, fence, schema, validation_policy, result, validation FROM finished
+), stale AS (
+    INSERT INTO stale_completions (job_id, fence, worker_id)
+    SELECT i.job_id, i.fence, $6 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
+)
+SELECT id FROM finished;
 
 -- name: job_lock_expired_leases
 -- The reaper's first step, inside its transaction: running jobs whose lease ran out.
@@ -437,3 +510,20 @@ SELECT count(*)::bigint AS size, min(updated_at) AS oldest_at,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s
   FROM extraction_jobs
  WHERE state = 'REVIEW_REQUIRED';
+
+-- name: job_insert_submitted
+-- One submitted document into locked rolling batch $3: the batch counts it (its ordinal is the
+-- count before), the READY job $1 (deadline $12 seconds from now) and its document row (text
+-- $13, or URI $14 with SHA-256 $15), $16 bytes, in one round trip.
+WITH counted AS (
+    UPDATE batches SET total_jobs = total_jobs + 1 WHERE id = $3
+    RETURNING total_jobs - 1 AS ordinal, clock_timestamp() AS now
+), job AS (
+    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
+                                 schema, validation_policy, priority, max_attempts, deadline_at)
+    SELECT $1, $2, $3, c.ordinal, $4, $5, $6, $7, $8, $9, $10, $11, c.now + make_interval(secs => $12)
+      FROM counted c
+    RETURNING id
+)
+INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
+SELECT job.id, $13, $14, $15, $16 FROM job;
