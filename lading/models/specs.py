@@ -438,13 +438,6 @@ class TenantQuotaSpec(_Spec):
         description="How long the tenant's document texts and results are kept after their jobs end. "
         "Unset: kept until deleted by hand.",
     )
-    result_reuse: ResultReuse = pydantic.Field(
-        default="tenant",
-        description="tenant: a document takes an earlier accepted result of this tenant with the same SHA-256, "
-        "schema, model, prompt version and validation policy instead of calling the model (unless its "
-        "ExtractionBatch says reuse: false). none: every document calls the model. Results are never "
-        "shared between tenants.",
-    )
     budget: MoneyBudget | None = pydantic.Field(
         default=None,
         description="What the tenant may spend on model calls per month and/or day, priced by the pools' "
