@@ -52,12 +52,35 @@ from lading.models import manifests, specs
 from lading.settings import DocumentSettings
 
 
-class AdmissionRejected(errors.PermanentError):
-    """A batch was not admitted; `reason` is the condition reason (CamelCase)."""
+@dataclasses.dataclass(frozen=True)
+class FieldError:
+    """One field of a request that broke a rule: `field` as the request spells it (`text`,
+    `inferencePoolRef`, `spec.priority`), `message` what is wrong, never the value."""
 
-    def __init__(self, *, reason: str, message: str) -> None:
+    field: str
+    message: str
+
+
+class AdmissionRejected(errors.PermanentError):
+    """A batch or document was not admitted; `reason` is the condition reason (CamelCase), `fields`
+    the fields to fix when the rule is about one (empty when it is about the tenant or queue)."""
+
+    def __init__(self, *, reason: str, message: str, fields: Sequence[FieldError] = ()) -> None:
         super().__init__(message)
         self.reason = reason
+        self.fields = tuple(fields)
+
+
+class InvalidDocument(AdmissionRejected):
+    """A single document's request breaks the field rules (reason InvalidSpec); `fields` lists
+    every field error at once, and the message joins them. Nothing was admitted."""
+
+    def __init__(self, fields: Sequence[FieldError]) -> None:
+        super().__init__(
+            reason=reasons.INVALID_SPEC,
+            message="; ".join(f"{error.field}: {error.message}" for error in fields),
+            fields=fields,
+        )
 
 
 class InvalidManifest(AdmissionRejected):
@@ -181,8 +204,68 @@ async def _check_batch(
         document_bytes: int | None,
 ) -> Admissible:
     namespace = batch.metadata.namespace or "default"
-    where = f"{namespace}/{batch.metadata.name}"
     spec = batch.spec
+    tenant, rules, pool = await _check_rules(
+        conn,
+        namespace=namespace,
+        subject=f"ExtractionBatch {namespace}/{batch.metadata.name}",
+        field_prefix="spec.",
+        priority=spec.priority,
+        pool_name=pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name),
+    )
+    idempotency_key = accepting.idempotency_key(
+        namespace=namespace, name=batch.metadata.name, uid=batch.metadata.uid or ""
+    )
+    existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=idempotency_key)
+    if not existing:
+        await _check_room(conn, rules, jobs=jobs, document_bytes=document_bytes)
+    return Admissible(tenant=tenant, pool=pool, existing=existing)
+
+
+async def check_document(
+        conn: asyncpg.Connection,
+        *,
+        namespace: str,
+        key: str,
+        priority: str,
+        pool_name: PoolName,
+        endpoint: str | None,
+        document_bytes: int,
+) -> Admissible:
+    """Every rule of the tenant's quota for one more document of `namespace` (the trusted
+    context: the caller's authenticated namespace, never the request body), and that its
+    DeliveryEndpoint (`namespace/name`) exists. Raises AdmissionRejected naming the field."""
+    with _counted_rejections():
+        tenant, rules, pool = await _check_rules(
+            conn,
+            namespace=namespace,
+            subject=f"document {key!r} in namespace {namespace}",
+            field_prefix="",
+            priority=priority,
+            pool_name=pool_name,
+        )
+        if endpoint is not None and not await registry.endpoint_exists(conn, name=endpoint):
+            message = f"DeliveryEndpoint {endpoint} does not exist"
+            raise AdmissionRejected(
+                reason=reasons.INVALID_SPEC,
+                message=f"document {key!r} in namespace {namespace}: deliveryEndpointRef: {message}",
+                fields=[FieldError("deliveryEndpointRef", message)],
+            )
+        await _check_room(conn, rules, jobs=1, document_bytes=document_bytes)
+    return Admissible(tenant=tenant, pool=pool, existing=False)
+
+
+async def _check_rules(
+        conn: asyncpg.Connection,
+        *,
+        namespace: str,
+        subject: str,
+        field_prefix: str,
+        priority: str,
+        pool_name: PoolName,
+) -> tuple[TenantName, registry.TenantRules, registry.Pool]:
+    """The rules every admission shares: a tenant for the namespace, its allowed priorities and
+    pools, and the pool's existence. `subject` and `field_prefix` say what the messages name."""
     tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
     rules = None if tenant is None else await registry.tenant_rules(conn, tenant=tenant)
     if tenant is None or rules is None:
@@ -196,30 +279,34 @@ async def _check_batch(
         raise AdmissionRejected(
             reason=reasons.NO_TENANT_QUOTA, message=f"namespace {namespace} is not covered by any TenantQuota"
         )
-    if rules.allowed_priorities is not None and spec.priority not in rules.allowed_priorities:
+    if rules.allowed_priorities is not None and priority not in rules.allowed_priorities:
+        message = (
+            f"TenantQuota {tenant} does not allow priority {priority} "
+            f"(allowedPriorities: {', '.join(rules.allowed_priorities) or 'none'})"
+        )
         raise AdmissionRejected(
             reason=reasons.PRIORITY_NOT_ALLOWED,
-            message=f"ExtractionBatch {where}: spec.priority: TenantQuota {tenant} does not allow priority "
-            f"{spec.priority} (allowedPriorities: {', '.join(rules.allowed_priorities) or 'none'})",
+            message=f"{subject}: {field_prefix}priority: {message}",
+            fields=[FieldError(f"{field_prefix}priority", message)],
         )
-    pool_name = pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name)
     if rules.allowed_pools is not None and pool_name not in rules.allowed_pools:
         # Checked before existence: a tenant learns nothing about pools it may not use.
+        message = (
+            f"TenantQuota {tenant} does not allow InferencePool {pool_name} "
+            f"(allowedPools: {', '.join(rules.allowed_pools) or 'none'})"
+        )
         raise AdmissionRejected(
             reason=reasons.POOL_NOT_ALLOWED,
-            message=f"ExtractionBatch {where}: spec.inferencePoolRef: TenantQuota {tenant} does not allow "
-            f"InferencePool {pool_name} (allowedPools: {', '.join(rules.allowed_pools) or 'none'})",
+            message=f"{subject}: {field_prefix}inferencePoolRef: {message}",
+            fields=[FieldError(f"{field_prefix}inferencePoolRef", message)],
         )
     pool = await registry.get_pool(conn, name=pool_name)
     if pool is None:
-        raise AdmissionRejected(reason=reasons.POOL_NOT_FOUND, message=f"InferencePool {pool_name} does not exist")
-    idempotency_key = accepting.idempotency_key(
-        namespace=namespace, name=batch.metadata.name, uid=batch.metadata.uid or ""
-    )
-    existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=idempotency_key)
-    if not existing:
-        await _check_room(conn, rules, jobs=jobs, document_bytes=document_bytes)
-    return Admissible(tenant=tenant, pool=pool, existing=existing)
+        raise AdmissionRejected(
+            reason=reasons.POOL_NOT_FOUND, message=f"InferencePool {pool_name} does not exist",
+            fields=[FieldError(f"{field_prefix}inferencePoolRef", f"InferencePool {pool_name} does not exist")],
+        )  # fmt: skip
+    return tenant, rules, pool
 
 
 async def _check_room(

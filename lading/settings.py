@@ -88,6 +88,22 @@ class DocumentSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class RollingBatchSettings:
+    """How single documents (the HTTP API, the queue intake) are grouped into rolling batches
+    (`lading.intake`). See docs/operations.md, "Single documents and rolling batches"."""
+
+    max_documents: int = 1000
+    """Documents per rolling batch, as many as an inline ExtractionBatch may list: status and
+    result listings stay the size of an ordinary batch."""
+    open_s: float = 300.0
+    """Seconds a rolling batch takes documents after it opened. Five minutes: a trickle of
+    documents still lands in few batches, and a batch's status settles soon after its last one."""
+    lock_timeout_s: float = 5.0
+    """Longest wait for another transaction holding the same idempotency key (then
+    AcceptanceInProgress: HTTP 409) or the group's batch row, as acceptance of a batch waits."""
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerProcessSettings:
     """Everything one worker process runs with (`lading worker` flags). Not the InferencePool's
     `spec.workers` (`lading.models.specs.WorkerSettings`: replicas and scaling of the Deployment)."""

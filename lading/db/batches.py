@@ -111,3 +111,51 @@ async def timing(conn: asyncpg.Connection, *, batch_id: BatchId) -> tuple[dt.dat
     row = await conn.fetchrow(queries.sql("batch_timing"), batch_id)
     assert row is not None, f"batch {batch_id} exists"
     return row["started_at"], row["last_change_at"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenRolling:
+    """The open batch of a rolling group, locked by the caller's transaction."""
+
+    id: BatchId
+    namespace: str
+    name: str
+    total_jobs: int
+    taking: bool
+    """Still inside its open period (a batch past it takes no more documents)."""
+    key_taken: bool
+    """The document key asked about is in the batch already (keys are unique per batch)."""
+
+
+async def open_rolling(
+        conn: asyncpg.Connection,
+        batch: NewBatch,
+        *,
+        group: str,
+        open_s: float,
+) -> BatchId | None:
+    """Insert an open rolling batch for `group`; None when the group has an open batch already
+    (a concurrent opener waits for the first to end)."""
+    row = await conn.fetchrow(
+        queries.sql("batch_open_rolling"),
+        batch.tenant, batch.namespace, batch.name, batch.uid, batch.idempotency_key, batch.request_hash,
+        batch.hash_version, batch.schema, batch.pool, batch.validation_policy, batch.priority, batch.deadline_s,
+        batch.endpoint, batch.suspended, batch.total_jobs, group, open_s,
+    )  # fmt: skip
+    return None if row is None else BatchId(row["id"])
+
+
+async def lock_open_rolling(conn: asyncpg.Connection, *, group: str, document_key: str) -> OpenRolling | None:
+    """The open batch of `group`, locked until the transaction ends; None when none is open."""
+    row = await conn.fetchrow(queries.sql("batch_lock_open_rolling"), group, document_key)
+    if row is None:
+        return None
+    return OpenRolling(
+        id=BatchId(row["id"]), namespace=row["namespace"], name=row["name"], total_jobs=row["total_jobs"],
+        taking=row["taking"], key_taken=row["key_taken"],
+    )  # fmt: skip
+
+
+async def close_rolling(conn: asyncpg.Connection, *, batch_id: BatchId) -> None:
+    """The rolling batch takes no more documents; the next of its group opens a new one."""
+    await conn.execute(queries.sql("batch_close_rolling"), batch_id)

@@ -89,6 +89,39 @@ async def copy_new(conn: asyncpg.Connection, records: Sequence[tuple[Any, ...]])
     await conn.copy_records_to_table("extraction_jobs", records=records, columns=NEW_JOB_COLUMNS)
 
 
+@dataclasses.dataclass(frozen=True)
+class SubmittedJob:
+    """A single document's job as `insert_submitted` writes it, with its document row."""
+
+    id: JobId
+    tenant: str
+    batch_id: BatchId
+    document_key: str
+    request_hash: str
+    content_sha256: str
+    pool: PoolName
+    schema: str
+    validation_policy: str
+    priority: int
+    max_attempts: int
+    deadline_s: int
+    text: str | None
+    """The document's text, or None when it is given by `uri`."""
+    uri: str | None
+    document_bytes: int
+
+
+async def insert_submitted(conn: asyncpg.Connection, job: SubmittedJob) -> None:
+    """Append one READY job and its document to a rolling batch the caller holds locked
+    (`batches.lock_open_rolling`), counting it in the batch, in one round trip."""
+    await conn.execute(
+        queries.sql("job_insert_submitted"),
+        job.id, job.tenant, job.batch_id, job.document_key, job.request_hash, job.content_sha256, job.pool,
+        job.schema, job.validation_policy, job.priority, job.max_attempts, float(job.deadline_s), job.text,
+        job.uri, None if job.uri is None else job.content_sha256, job.document_bytes,
+    )  # fmt: skip
+
+
 async def ids_of_batch(conn: asyncpg.Connection, *, batch_id: BatchId) -> tuple[JobId, ...]:
     """All of a batch's job ids, in batch order, fetched as one array (about 40 bytes per job)."""
     ids: list[int] = await conn.fetchval(queries.sql("job_ids_of_batch"), batch_id)

@@ -94,3 +94,28 @@ SELECT p.id, p.tenant, p.namespace, p.name, p.pool, p.total_jobs, p.suspended, p
          FROM (SELECT state, count(*)::int AS n FROM extraction_jobs WHERE batch_id = p.id GROUP BY state) s
        ) c
  ORDER BY p.id;
+
+-- name: batch_open_rolling
+-- Open a rolling batch for group $15 (open until now + $16 seconds) unless one is open already:
+-- returns nothing then (batches_open_rolling decides; a concurrent opener waits for the first).
+INSERT INTO batches (tenant, namespace, name, uid, idempotency_key, request_hash, hash_version, schema,
+                     pool, validation_policy, priority, deadline_s, endpoint, suspended, total_jobs,
+                     rolling_group, open_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+        clock_timestamp() + make_interval(secs => $17))
+ON CONFLICT (rolling_group) WHERE open_until IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: batch_lock_open_rolling
+-- The open batch of rolling group $1, locked until the caller's transaction ends (appends to
+-- one batch take turns), with whether it still takes documents and whether document key $2 is
+-- in it already.
+SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp() AS taking,
+       EXISTS (SELECT 1 FROM extraction_jobs j WHERE j.batch_id = b.id AND j.document_key = $2) AS key_taken
+  FROM batches b
+ WHERE b.rolling_group = $1 AND b.open_until IS NOT NULL
+   FOR UPDATE OF b;
+
+-- name: batch_close_rolling
+-- Batch $1 takes no more documents (the next one of its group opens a new batch).
+UPDATE batches SET open_until = NULL WHERE id = $1 AND open_until IS NOT NULL;

@@ -1,0 +1,395 @@
+"""
+Single documents: the acceptance path of a document sent alone (the HTTP API's
+`POST /v1/namespaces/{ns}/documents`, the queue intake's `document.submitted.v1`).
+
+    submit_document(db, namespace=NS, document=..., idempotency_key=K, request_digest=D)
+      1. the fields (`DocumentRequest`: an inline document's or a manifest line's rules)
+                                                   -> applying.InvalidDocument, every field error
+      2. ONE transaction:
+         claim (NS, K) in document_submissions     taken: same D -> the same job, replayed
+                                                          other D -> IdempotencyMismatch
+                                                          still committing -> AcceptanceInProgress
+         the tenant's quota (applying.check_document)  -> applying.AdmissionRejected
+         the group's open rolling batch, locked    opened when none is open, it is full, it is
+                                                   past its time or holds the document's key
+         the job and its document appended; the tenant's queue registered; claimers woken
+         at commit (NOTIFY); a new batch's `batch.accepted.v1` outbox event
+
+A refusal rolls the whole transaction back: nothing is half-applied, and the key stays free.
+
+**Rolling batches.** Documents sent one by one are grouped into ordinary batch rows, so status,
+fairness, quotas, cancellation and delivery work as for any batch, without one batch per
+request. Documents share a batch when they share tenant, namespace, pool, delivery endpoint,
+priority, deadline, schema and validation policy (the batch row's columns). A group has at most
+one open batch (a unique index decides concurrent openers); it takes documents until it holds
+`RollingBatchSettings.max_documents` or `open_s` has passed since it opened, then the next
+document opens a new one. Appends to one batch take turns on its row lock, which is held from
+the append to the commit. A document key repeated under another idempotency key is another job:
+it goes to a new batch, as keys are unique within a batch.
+
+Tenant identity is the `namespace` argument, which callers take from trusted context (the
+token's namespace, the broker's permissions), never from the document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+import pydantic
+
+from lading import accepting, applying, errors, failpoints, storable
+from lading.db import batches, fairness, jobs, locks, outbox, submissions
+from lading.documents import manifest_lines
+from lading.ids import BatchId, JobId, PoolName, TenantName
+from lading.jobs import hashing
+from lading.models import specs
+from lading.settings import RollingBatchSettings
+
+IDEMPOTENCY_KEY_MAX = 255
+"""Characters of an idempotency key: room for a UUID, a content hash or an ERP document number."""
+REQUEST_DIGEST_MAX = 128
+"""Characters of a request digest (a hex SHA-512 fits)."""
+POOL_REF_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""`name` (an InferencePool of the document's namespace) or `namespace/name`."""
+SCHEMA = "invoice.v1"
+"""Extraction schema of single documents (the one schema there is)."""
+_OPEN_ATTEMPTS = 4
+"""Rounds of "lock the open batch, else open one" before giving up as in progress: each lost
+round means another transaction opened the group's batch, which the next round then finds."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmittedDocument:
+    """One document as a client sent it, field by field; `submit_document` validates it."""
+
+    key: str
+    text: str | None
+    uri: str | None
+    sha256: str | None
+    bytes: int | None
+    inference_pool_ref: str
+    """`name` of an InferencePool in the document's namespace, or `namespace/name`."""
+    delivery_endpoint_ref: str | None
+    """`name` of a DeliveryEndpoint in the document's namespace; None: results are only stored."""
+    priority: str | None
+    """high, normal or low; None: normal."""
+    deadline_seconds: int | None
+    """Seconds after acceptance by which the document must be done; None: the batch default."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    job_id: JobId
+    batch_namespace: str
+    batch_name: str
+    replayed: bool
+    """True when an earlier submission with the same key and digest made this job."""
+
+
+class IdempotencyMismatch(errors.PermanentError):
+    """The idempotency key was used before, in this namespace, for another request (digest)."""
+
+    def __init__(self, *, namespace: str, idempotency_key: str) -> None:
+        super().__init__(
+            f"idempotency key {storable.escaped(idempotency_key)!r} was already used in namespace {namespace} for "
+            "a different request; nothing was changed"
+        )
+        self.namespace = namespace
+        self.idempotency_key = idempotency_key
+
+
+class DocumentRequest(specs._Spec):
+    """The fields of a single document, with the rules an inline document (`key`, `text`) or a
+    manifest line (`uri`, `sha256`, `bytes`) has; camelCase names, as clients send them."""
+
+    key: str = pydantic.Field(min_length=1, max_length=manifest_lines.KEY_MAX, pattern=specs.DOCUMENT_KEY_PATTERN)
+    text: str | None = pydantic.Field(
+        default=None, min_length=1, max_length=specs.INLINE_TEXT_MAX_BYTES, pattern=specs.STORABLE_TEXT_PATTERN
+    )
+    uri: str | None = pydantic.Field(
+        default=None, min_length=8, max_length=manifest_lines.URI_MAX, pattern=specs.MANIFEST_URI_PATTERN
+    )
+    sha256: str | None = pydantic.Field(default=None, pattern=manifest_lines.SHA256_PATTERN.pattern)
+    bytes: int | None = pydantic.Field(default=None, gt=0, le=manifest_lines.DOCUMENT_MAX_BYTES)
+    inference_pool_ref: str = pydantic.Field(min_length=1, max_length=317, pattern=POOL_REF_PATTERN)
+    delivery_endpoint_ref: str | None = pydantic.Field(
+        default=None, min_length=1, max_length=253, pattern=specs.DNS_SUBDOMAIN_PATTERN
+    )
+    priority: specs.Priority = "normal"
+    deadline_seconds: int = pydantic.Field(default=specs.DEADLINE_S_DEFAULT, ge=60, le=specs.DEADLINE_S_MAX)
+
+    @pydantic.field_validator("key")
+    @classmethod
+    def _key_segments(cls, value: str) -> str:
+        return specs._check_document_key(value)
+
+    @pydantic.field_validator("text")
+    @classmethod
+    def _text_size(cls, value: str | None) -> str | None:
+        return None if value is None else specs._check_text_size(value)
+
+    @pydantic.field_validator("uri")
+    @classmethod
+    def _uri(cls, value: str | None) -> str | None:
+        return None if value is None else specs._check_manifest_uri(value)
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> DocumentRequest:
+        by_reference = (self.uri, self.sha256, self.bytes)
+        if self.text is not None and any(v is not None for v in by_reference):
+            raise ValueError("give either text, or uri with sha256 and bytes, not both")
+        if self.text is None and any(v is None for v in by_reference):
+            missing = [name for name, v in zip(("uri", "sha256", "bytes"), by_reference, strict=True) if v is None]
+            raise ValueError(
+                "text is required" if len(missing) == 3 else f"a document by reference needs {', '.join(missing)}"
+            )
+        return self
+
+    @property
+    def document_bytes(self) -> int:
+        return len(self.text.encode("utf-8")) if self.text is not None else (self.bytes or 0)
+
+    @property
+    def content_sha256(self) -> str:
+        return hashing.content_digest(self.text) if self.text is not None else str(self.sha256)
+
+    def pool_name(self, *, namespace: str) -> PoolName:
+        pool_namespace, _, name = self.inference_pool_ref.rpartition("/")
+        return applying.pool_key(pool_namespace or namespace, name)
+
+
+def validated(
+        document: SubmittedDocument,
+        *,
+        namespace: str,
+        idempotency_key: str,
+) -> DocumentRequest:
+    """The document's fields checked all at once; InvalidDocument lists every field error (never
+    a value: a text may be personal data)."""
+    problems: list[applying.FieldError] = []
+    if (reason := _key_problem(idempotency_key)) is not None:
+        problems.append(applying.FieldError("idempotencyKey", reason))
+    if not isinstance(namespace, str) or len(namespace) > 63 or not re.match(specs.DNS_LABEL_PATTERN, namespace):
+        problems.append(applying.FieldError("namespace", f"must be {specs.PATTERN_HINTS[specs.DNS_LABEL_PATTERN]}"))
+    fields: Mapping[str, Any] = {
+        "key": document.key, "text": document.text, "uri": document.uri, "sha256": document.sha256,
+        "bytes": document.bytes, "inferencePoolRef": document.inference_pool_ref,
+        "deliveryEndpointRef": document.delivery_endpoint_ref,
+    }  # fmt: skip
+    given = {name: value for name, value in fields.items() if value is not None}
+    if document.priority is not None:
+        given["priority"] = document.priority
+    if document.deadline_seconds is not None:
+        given["deadlineSeconds"] = document.deadline_seconds
+    request: DocumentRequest | None = None
+    try:
+        request = DocumentRequest.model_validate(given)
+    except pydantic.ValidationError as exc:
+        problems.extend(_field_error(e) for e in exc.errors(include_input=False, include_url=False))
+    if problems or request is None:
+        raise applying.InvalidDocument(problems)
+    return request
+
+
+def _key_problem(idempotency_key: object) -> str | None:
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        return "is required"
+    if len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
+        return f"must be at most {IDEMPOTENCY_KEY_MAX} characters"
+    if (reason := storable.unstorable_reason(idempotency_key, where="")) is not None:
+        return reason.removeprefix(": ")
+    return None if idempotency_key.isprintable() else "must be printable text (no control characters)"
+
+
+def _field_error(error: Mapping[str, Any]) -> applying.FieldError:
+    loc = [str(part) for part in error.get("loc") or ()]
+    field = loc[0] if loc else "document"
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    pattern_hints = {**specs.PATTERN_HINTS, POOL_REF_PATTERN: "'name' or 'namespace/name' of an InferencePool",
+                     manifest_lines.SHA256_PATTERN.pattern: "64 lowercase hex characters"}
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        message = str(ctx["error"])
+    elif kind == "missing":
+        message = "is required"
+    elif kind == "extra_forbidden":
+        message = "unknown field"
+    elif kind == "string_pattern_mismatch" and ctx.get("pattern") in pattern_hints:
+        message = f"must be {pattern_hints[ctx['pattern']]}"
+    else:
+        message = str(error["msg"])
+    return applying.FieldError(field, message.removeprefix(": "))
+
+
+async def submit_document(
+        db: asyncpg.Pool,
+        *,
+        namespace: str,
+        document: SubmittedDocument,
+        idempotency_key: str,
+        request_digest: str,
+        settings: RollingBatchSettings | None = None,
+) -> Submission:
+    """Accept one document of `namespace` (trusted context) in one transaction (see the module).
+
+    Raises applying.InvalidDocument (every field error) or another applying.AdmissionRejected
+    (reason and field named), IdempotencyMismatch (same key, other digest), all permanent;
+    errors.AcceptanceInProgress when the same key is being accepted right now (temporary);
+    asyncpg/OSError errors when the database is unreachable (temporary: retry unchanged)."""
+    request = validated(document, namespace=namespace, idempotency_key=idempotency_key)
+    if not request_digest or len(request_digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(request_digest):
+        raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
+    rolling = settings or RollingBatchSettings()
+    async with db.acquire() as conn:
+        try:
+            return await _submit(
+                conn, namespace=namespace, request=request, idempotency_key=idempotency_key,
+                request_digest=request_digest, settings=rolling,
+            )  # fmt: skip
+        except asyncpg.LockNotAvailableError:
+            raise errors.AcceptanceInProgress(
+                f"idempotency key {storable.escaped(idempotency_key)!r} of namespace {namespace} is being accepted "
+                "by another transaction; retry shortly"
+            ) from None
+        except asyncpg.PostgresError as exc:
+            if not storable.is_data_error(exc):
+                raise
+            # Validation should have refused it; the kind of error, never its text (it may quote the document).
+            raise applying.InvalidDocument([applying.FieldError(
+                "document", f"PostgreSQL refused a value of the request ({type(exc).__name__}, SQLSTATE "
+                f"{exc.sqlstate}); nothing was accepted",
+            )]) from None  # fmt: skip
+
+
+async def _submit(
+        conn: asyncpg.Connection,
+        *,
+        namespace: str,
+        request: DocumentRequest,
+        idempotency_key: str,
+        request_digest: str,
+        settings: RollingBatchSettings,
+) -> Submission:
+    async with conn.transaction():
+        await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
+        (job_id,) = await jobs.allocate_ids(conn, count=1)
+        claimed = await submissions.insert(
+            conn, namespace=namespace, idempotency_key=idempotency_key, request_digest=request_digest, job_id=job_id
+        )
+        if not claimed:
+            return await _replayed(conn, namespace=namespace, idempotency_key=idempotency_key, digest=request_digest)
+        endpoint = None if request.delivery_endpoint_ref is None else f"{namespace}/{request.delivery_endpoint_ref}"
+        admissible = await applying.check_document(
+            conn, namespace=namespace, key=request.key, priority=request.priority,
+            pool_name=request.pool_name(namespace=namespace), endpoint=endpoint,
+            document_bytes=request.document_bytes,
+        )  # fmt: skip
+        pool = admissible.pool
+        model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
+        batch = _rolling_batch(namespace=namespace, tenant=admissible.tenant, pool=pool.name, endpoint=endpoint,
+                               request=request, model_policy=model_policy)  # fmt: skip
+        batch_id, name, opened = await _open_batch_for(conn, batch, key=request.key, settings=settings)
+        await jobs.insert_submitted(conn, jobs.SubmittedJob(
+            id=job_id, tenant=admissible.tenant, batch_id=batch_id, document_key=request.key,
+            request_hash=hashing.job_request_hasher(
+                schema=SCHEMA, model_policy=model_policy, validation_policy=batch.validation_policy,
+            )(request.content_sha256),
+            content_sha256=request.content_sha256, pool=pool.name, schema=SCHEMA,
+            validation_policy=batch.validation_policy, priority=batch.priority,
+            max_attempts=accepting.BatchRequest.max_attempts, deadline_s=batch.deadline_s, text=request.text,
+            uri=request.uri, document_bytes=request.document_bytes,
+        ))  # fmt: skip
+        if opened:
+            await outbox.insert_batch_accepted(conn, batch_id=batch_id, payload={
+                "batch_id": batch_id, "tenant": admissible.tenant, "batch": {"namespace": namespace, "name": name},
+                "pool": pool.name, "jobs": 1, "rolling": True,
+            })  # fmt: skip
+        await fairness.register_queue(conn, pool=pool.name, tenant=admissible.tenant)
+        await jobs.notify_available(conn, pool=pool.name)
+        await failpoints.ahit("intake.before_commit")
+    return Submission(job_id=job_id, batch_namespace=namespace, batch_name=name, replayed=False)
+
+
+async def _replayed(conn: asyncpg.Connection, *, namespace: str, idempotency_key: str, digest: str) -> Submission:
+    stored = await submissions.get(conn, namespace=namespace, idempotency_key=idempotency_key)
+    assert stored is not None, "ON CONFLICT DO NOTHING returned nothing, so the row exists"
+    if stored.request_digest != digest:
+        raise IdempotencyMismatch(namespace=namespace, idempotency_key=idempotency_key)
+    return Submission(
+        job_id=stored.job_id, batch_namespace=stored.batch_namespace, batch_name=stored.batch_name, replayed=True
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """What a rolling batch's documents share, and the batch row to open for them."""
+
+    row: batches.NewBatch
+    group: str
+
+    @property
+    def validation_policy(self) -> str:
+        return self.row.validation_policy
+
+    @property
+    def priority(self) -> int:
+        return self.row.priority
+
+    @property
+    def deadline_s(self) -> int:
+        return self.row.deadline_s
+
+
+def _rolling_batch(
+        *,
+        namespace: str,
+        tenant: TenantName,
+        pool: PoolName,
+        endpoint: str | None,
+        request: DocumentRequest,
+        model_policy: Mapping[str, Any],
+) -> _Group:
+    validation_policy = specs.VALIDATION_POLICY_DEFAULT
+    shared = [tenant, namespace, pool, endpoint, request.priority, request.deadline_seconds, SCHEMA, validation_policy]
+    group = hashing.canonical_json(shared).decode()
+    name = f"documents-{uuid.uuid4().hex[:12]}"
+    uid = str(uuid.uuid4())
+    row = batches.NewBatch(
+        tenant=tenant, namespace=namespace, name=name, uid=uid,
+        idempotency_key=accepting.idempotency_key(namespace=namespace, name=name, uid=uid),
+        # A rolling batch is never re-accepted by key: its hash names the group (its documents grow).
+        request_hash=hashing.batch_request_hash(
+            schema=SCHEMA, model_policy=model_policy, validation_policy=validation_policy, documents=[("group", group)]
+        ),
+        hash_version=hashing.HASH_VERSION, schema=SCHEMA, pool=pool, validation_policy=validation_policy,
+        priority=accepting.PRIORITIES[request.priority], deadline_s=request.deadline_seconds, endpoint=endpoint,
+        suspended=False, total_jobs=0,
+    )  # fmt: skip
+    return _Group(row=row, group=group)
+
+
+async def _open_batch_for(
+        conn: asyncpg.Connection,
+        batch: _Group,
+        *,
+        key: str,
+        settings: RollingBatchSettings,
+) -> tuple[BatchId, str, bool]:
+    """The group's open batch that takes document `key`, locked: (id, name, opened by us)."""
+    for _ in range(_OPEN_ATTEMPTS):
+        current = await batches.lock_open_rolling(conn, group=batch.group, document_key=key)
+        if current is not None:
+            if current.taking and not current.key_taken and current.total_jobs < settings.max_documents:
+                return current.id, current.name, False
+            await batches.close_rolling(conn, batch_id=current.id)
+        opened = await batches.open_rolling(conn, batch.row, group=batch.group, open_s=settings.open_s)
+        if opened is not None:
+            return opened, batch.row.name, True
+    raise errors.AcceptanceInProgress(
+        f"the rolling batch of namespace {batch.row.namespace} is being opened by other transactions; retry shortly"
+    )
