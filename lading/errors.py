@@ -12,8 +12,10 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── IllegalTransition       a state change the state machine does not allow
         ├── MigrationError          the database schema is ahead of or diverges from this code
         ├── UnknownPolicy           a validation policy name this code does not know
-        ├── applying.AdmissionRejected   a batch was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
-        │   └── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
+        ├── applying.AdmissionRejected   a batch or document was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
+        │   ├── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
+        │   └── applying.InvalidDocument  a single document's fields are invalid (every field error)
+        ├── intake.IdempotencyMismatch   a document's idempotency key was used for another request
         ├── documents.manifest_lines.ManifestInvalid   a manifest line is invalid (names the line and field)
         ├── documents.fetching.DocumentNotFound, DocumentRefused, DigestMismatch, DocumentNotText
         └── reviewing.JobNotFound, NotAwaitingReview, ReviewInputInvalid (CorrectionInvalid)
