@@ -72,7 +72,7 @@ async def main_async(args: argparse.Namespace) -> int:
     rows = []
     started = time.monotonic()
     try:
-        async with cluster.running(base=base, seed=args.seed, timing=cluster.Timing(),
+        async with cluster.running(base=base, seed=args.seed, timing=scenarios.timing_for(names),
                                    amqp_url=await _amqp_url()) as c:  # fmt: skip
             from hack.reliability import history
 

@@ -271,6 +271,18 @@ PROFILES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+SOAK_TIMING = cluster_.Timing(lease_ttl_s=12.0, heartbeat_s=2.0, reaper_s=1.0, attempt_timeout_s=10.0)
+"""The soak's clocks: its thousands of jobs run for many minutes under `nice` on a shared machine,
+where a process can wait seconds for a CPU; with the 3 s lease of the short scenarios every
+attempt lost its lease before its model call answered (the last soak before this setting: 269
+leases lost, nothing finished in 5 minutes). Recovery is bounded the same way, by these values."""
+
+
+def timing_for(names: list[str]) -> cluster_.Timing:
+    """The soak's timing when only soak scenarios run; the short default otherwise."""
+    return SOAK_TIMING if names and all(n in PROFILES["soak"] for n in names) else cluster_.Timing()
+
+
 async def drained(c: cluster_.Cluster, h: history_.History) -> bool:
     """Every job of the scenario terminal, every delivery settled, every event published."""
     try:
