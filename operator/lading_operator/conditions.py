@@ -28,7 +28,14 @@ logger = logging.getLogger("lading.operator")
 # --- Condition types -------------------------------------------------------------------------
 
 READY: Final = "Ready"
-"""InferencePool, TenantQuota, DeliveryEndpoint: the object is served as its spec asks."""
+"""InferencePool, TenantQuota, DeliveryEndpoint: the object is served as its spec asks. ExtractionBatch:
+the batch reached what it was made for (completed, and delivered when it names an endpoint)."""
+STALLED: Final = "Stalled"
+"""ExtractionBatch: it cannot make progress without a change by a person (it failed, or its spec or
+manifest is invalid); kstatus's abnormal-true condition."""
+FAILED_CONDITION: Final = "Failed"
+"""ExtractionBatch: every job settled and none succeeded. Separate from Complete, so `kubectl wait
+--for=condition=Complete` never succeeds on a failed batch."""
 DEGRADED: Final = "Degraded"
 """InferencePool: some of its vLLM replicas are unavailable."""
 PAUSED: Final = "Paused"
@@ -38,7 +45,7 @@ ADMITTED: Final = "Admitted"
 PROGRESSING: Final = "Progressing"
 """ExtractionBatch: jobs remain and are claimed (not suspended)."""
 COMPLETE: Final = "Complete"
-"""ExtractionBatch: every job settled."""
+"""ExtractionBatch: every job settled and at least one result succeeded or awaits review."""
 DELIVERED: Final = "Delivered"
 """ExtractionBatch with a DeliveryEndpoint: every good result delivered."""
 BUDGET_EXHAUSTED: Final = "BudgetExhausted"
@@ -72,9 +79,13 @@ SUSPENDED: Final = "Suspended"
 SETTLED: Final = "Settled"
 """Progressing=False: every job settled."""
 COMPLETED: Final = "Completed"
-"""Complete=True: settled, at least one result succeeded or awaits review. Also the Normal Event."""
+"""Complete=True, Failed=False, Ready=True (no endpoint): settled, at least one result succeeded or awaits
+review. Also the Normal Event."""
 FAILED: Final = "Failed"
-"""Complete=True: settled and none succeeded. Also the Warning Event."""
+"""Failed=True, Complete=False, Ready=False, Stalled=True: settled and none succeeded. Also the Warning Event."""
+NOT_STALLED: Final = "NotStalled"
+"""Stalled=False of a batch: admitted or waiting for something that will come by itself (room in the quota,
+the pool, the endpoint)."""
 ALL_DELIVERED: Final = "AllDelivered"
 """Delivered=True: every good result reached the DeliveryEndpoint."""
 DELIVERIES_PENDING: Final = "DeliveriesPending"
@@ -94,7 +105,10 @@ ENGINE_READY: Final = "EngineReady"
 ENGINE_STARTING: Final = "EngineStarting"
 """Ready=False of a vLLM pool: replicas are wanted and none is ready yet."""
 SCALED_TO_ZERO: Final = "ScaledToZero"
-"""Ready=False of a vLLM pool: the engine is scaled to zero (idle)."""
+"""Ready=True of a vLLM pool: the engine is scaled to zero while idle, as asked (work wakes it)."""
+RESOURCE_EXISTS: Final = "ResourceExists"
+"""Ready=False of a pool: an object with the name of one it renders exists and is not its own (no owner
+reference to this pool); it is never adopted nor changed. Also the Warning Event."""
 POOL_NAMESPACE_NOT_ALLOWED: Final = "PoolNamespaceNotAllowed"
 """Ready=False of a pool outside the platform namespaces the operator was given. Also the Warning Event."""
 HEALTHY: Final = "Healthy"
@@ -136,6 +150,11 @@ SCALED: Final = "Scaled"
 """Normal, InferencePool: the worker count changed (old and new count, and why)."""
 DRIFT_CORRECTED: Final = "DriftCorrected"
 """Normal, InferencePool: an owned object was patched back to its rendering."""
+PRUNED: Final = "Pruned"
+"""Normal, InferencePool: an object the pool owned and no longer renders was deleted (e.g. the vLLM
+Deployment after a switch to an external provider)."""
+PRIORITY_CHANGED: Final = "PriorityChanged"
+"""Normal, ExtractionBatch: spec.priority changed; the batch's waiting jobs now rank with it."""
 RESUMED: Final = "Resumed"
 """Normal, ExtractionBatch: spec.suspend cleared; claiming resumed."""
 DOCUMENTS_FAILED: Final = "DocumentsFailed"
@@ -151,7 +170,8 @@ RECONCILE_ERROR: Final = "ReconcileError"
 bug); the loop logs the traceback and retries with backoff."""
 
 CONDITION_TYPES: Final = frozenset({
-    READY, DEGRADED, PAUSED, ADMITTED, PROGRESSING, COMPLETE, DELIVERED, BUDGET_EXHAUSTED, AUTH_FAILING, CIRCUIT_OPEN,
+    READY, STALLED, FAILED_CONDITION, DEGRADED, PAUSED, ADMITTED, PROGRESSING, COMPLETE, DELIVERED, BUDGET_EXHAUSTED,
+    AUTH_FAILING, CIRCUIT_OPEN,
 })  # fmt: skip
 """Every condition type the operator writes."""
 
@@ -194,10 +214,21 @@ def dump(model: Any) -> dict[str, Any]:
     return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
-def changed(live: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
-    """Whether writing `desired` (a merge patch of .status) would change `live` .status."""
+def status_patch(live: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch that turns `live` .status into `desired`, or None when they are equal.
+
+    A field `desired` no longer has is removed (null): a status is the whole of what the operator
+    reports now, so a `pausedUntil` that has passed, a `headroom` of a pool that has none or a queue
+    position of a settled batch does not stay behind. Fields that did not change are not sent."""
     live = live or {}
-    return any(live.get(key) != value for key, value in desired.items())
+    patch: dict[str, Any] = {key: value for key, value in desired.items() if live.get(key) != value}
+    patch.update({key: None for key in live if key not in desired})
+    return patch or None
+
+
+def changed(live: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """Whether writing `desired` would change `live` .status."""
+    return status_patch(live, desired) is not None
 
 
 async def write_status(
@@ -210,9 +241,11 @@ async def write_status(
     live: Mapping[str, Any] | None,
     desired: Mapping[str, Any],
 ) -> bool:
-    """Merge-patch .status to `desired` when it differs from `live`; True when a request was sent."""
-    if not changed(live, desired):
+    """Merge-patch .status from `live` to `desired` (`status_patch`: changed fields, and null for fields
+    that went away) when they differ; True when a request was sent."""
+    patch = status_patch(live, desired)
+    if patch is None:
         return False
     path = kube.path(api_version, plural, namespace=namespace, name=name, sub="status")
-    await api.merge_patch(path, {"status": dict(desired)})
+    await api.merge_patch(path, {"status": patch})
     return True

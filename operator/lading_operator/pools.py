@@ -8,7 +8,9 @@ of an object it owns (a Deployment or Service edited or deleted by hand: drift),
 
     1. mirror    the spec into `pools` when its generation changed   (pool_steps/mirror.py)
     2. owned     vLLM Deployment + Service, worker Deployment, KEDA objects: rendered, created
-                 or corrected                                          (pool_steps/owned.py)
+                 or corrected; what is no longer rendered deleted (once per generation); an object
+                 of our name that is not ours stops here: Ready=False, ResourceExists
+                                                                       (pool_steps/owned.py)
     3. scaling   PostgreSQL signals and the provider's headroom through `scaling.decide`; the
                  replicas written to the Deployments                   (pool_steps/scaling.py)
     4. status    endpoint, replicas, workers and why, headroom; Ready, Degraded, Paused
@@ -77,6 +79,8 @@ class Reconciler:
         self.mirror = mirror.Mirror(rt, self.namespace)
         self.scaler = pool_scaling.Scaler(rt, body)
         self.cleaned = False
+        self.pruned_generation: int | None = None
+        """The spec generation whose objects were last pruned (None: not yet in this loop)."""
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
 
     async def run(self, stopped: Any) -> None:
@@ -113,7 +117,20 @@ class Reconciler:
             )
             return
         config = await self.mirror.step(pool, generation=generation)
-        live = await owned.ensure_all(self.rt, self.body, pool, config=config)
+        try:
+            live = await owned.ensure_all(self.rt, self.body, pool, config=config)
+        except owned.NotOwned as exc:
+            if not any(c.get("reason") == conditions.RESOURCE_EXISTS for c in previous or ()):
+                events.warning(self.body, reason=conditions.RESOURCE_EXISTS, message=str(exc))
+            await self._write(
+                pool_status.ready_only(
+                    previous=previous, generation=generation, reason=conditions.RESOURCE_EXISTS, message=str(exc)
+                )
+            )
+            return
+        if self.pruned_generation is None or self.pruned_generation != generation:
+            await owned.prune(self.rt, self.body, keep=live.rendered)
+            self.pruned_generation = generation
         scaled = await self.scaler.step(session, pool, live)
         await self._write(
             pool_status.running(
@@ -149,7 +166,7 @@ class Reconciler:
             live=self.last_written, desired=desired,
         )  # fmt: skip
         if written:
-            self.last_written = {**self.last_written, **desired}
+            self.last_written = dict(desired)
 
 
 def owner_pool(body: Mapping[str, Any]) -> runtime.ObjectKey | None:

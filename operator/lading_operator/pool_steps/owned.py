@@ -1,10 +1,19 @@
 """
 The objects an InferencePool owns: rendered (`rendering`: pure functions), created when missing,
-merge-patched back with `rendering.drift` when a field we render differs.
+merge-patched back with `drift.patch` when a field we render differs, and deleted when the pool no
+longer renders them (pruning).
 
     provider vllm   Deployment + Service running the vLLM OpenAI server
     every pool      worker Deployment (`lading worker --pool NAMESPACE/NAME`)
     scaling: keda   ScaledObject + TriggerAuthentication; KEDA owns the worker replicas
+
+Ownership is the controller owner reference to this pool (its uid). An object with one of our names
+that is not ours (made by hand, by another tool, or left by a deleted pool of the same name) is never
+adopted nor changed: `NotOwned` stops the step and the pool reports Ready=False, reason ResourceExists.
+Pruning deletes what carries our managed-by label and this pool's owner reference but is no longer
+rendered (switching `provider` from vllm leaves no GPU Deployment running; switching `scaling` from keda
+leaves no ScaledObject fighting the builtin scaler). It lists the owned kinds, so it runs once per spec
+generation (and once when the loop starts), not on every tick.
 
 The replicas of the Deployments are not ours here: the worker Deployment is created with
 `minReplicas` and scaled by the scaling step (or KEDA), the engine's by the scaling step.
@@ -19,7 +28,7 @@ from typing import Any
 import kopf
 
 from lading.models import specs
-from lading_operator import conditions, events, kube, rendering, runtime
+from lading_operator import conditions, drift, events, kube, rendering, runtime
 
 logger = logging.getLogger("lading.operator.pools")
 
@@ -29,7 +38,20 @@ OWNED_KINDS = (
     ("keda.sh/v1alpha1", "scaledobjects"),
     ("keda.sh/v1alpha1", "triggerauthentications"),
 )
-"""What a pool may own (rendering.py), for the clean-up of a refused pool."""
+"""What a pool may own (rendering.py), for pruning and for the clean-up of a refused pool."""
+
+ObjectId = tuple[str, str, str]
+"""(apiVersion, plural, name) of an owned object in the pool's namespace."""
+
+
+class NotOwned(Exception):
+    """An object with the name of one the pool renders exists and is not the pool's: it is left alone."""
+
+    def __init__(self, plural: str, name: str) -> None:
+        super().__init__(f"{plural}/{name} exists and is not owned by this InferencePool; "
+                         "Lading does not adopt it: delete or rename it")  # fmt: skip
+        self.plural = plural
+        self.name = name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +72,10 @@ class Owned:
     def collection(self) -> str:
         return kube.path(self.api_version, self.plural, namespace=self.body["metadata"]["namespace"])
 
+    @property
+    def id(self) -> ObjectId:
+        return (self.api_version, self.plural, str(self.body["metadata"]["name"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class Live:
@@ -59,6 +85,8 @@ class Live:
     """The vLLM Deployment (provider vllm only)."""
     worker: dict[str, Any] | None
     worker_path: str
+    rendered: frozenset[ObjectId] = frozenset()
+    """Every object the pool renders now: what pruning keeps."""
 
 
 async def ensure_all(
@@ -67,35 +95,39 @@ async def ensure_all(
     """Every object the pool owns, rendered and brought to shape; returns the Deployments live."""
     uid = str(body.metadata.uid)
     keda = pool.spec.workers.scaling == "keda"
+    rendered: list[ObjectId] = []
     live_engine: dict[str, Any] | None = None
     if pool.spec.provider == "vllm":
-        live_engine = await ensure(
-            rt, body, Owned("apps/v1", "deployments", rendering.vllm_deployment(pool, uid=uid, config=config))
-        )
-        await ensure(rt, body, Owned("v1", "services", rendering.vllm_service(pool, uid=uid, config=config)))
+        engine = Owned("apps/v1", "deployments", rendering.vllm_deployment(pool, uid=uid, config=config))
+        service = Owned("v1", "services", rendering.vllm_service(pool, uid=uid, config=config))
+        rendered += [engine.id, service.id]
+        live_engine = await ensure(rt, body, engine)
+        await ensure(rt, body, service)
     worker = Owned(
         "apps/v1", "deployments", rendering.worker_deployment(pool, uid=uid, config=config, replicas=None)
     )
+    rendered.append(worker.id)
     live_worker = await ensure(rt, body, worker, initial_replicas=None if keda else pool.spec.workers.min_replicas)
     if keda:
-        await ensure(
-            rt, body,
+        for owned in (
             Owned("keda.sh/v1alpha1", "triggerauthentications",
                   rendering.keda_trigger_authentication(pool, uid=uid, config=config)),
-        )  # fmt: skip
-        await ensure(
-            rt, body,
             Owned("keda.sh/v1alpha1", "scaledobjects", rendering.keda_scaled_object(pool, uid=uid, config=config)),
-        )  # fmt: skip
-    return Live(engine=live_engine, worker=live_worker, worker_path=worker.path)
+        ):  # fmt: skip
+            rendered.append(owned.id)
+            await ensure(rt, body, owned)
+    return Live(engine=live_engine, worker=live_worker, worker_path=worker.path, rendered=frozenset(rendered))
 
 
 async def ensure(
     rt: runtime.Runtime, body: kopf.Body, owned: Owned, *, initial_replicas: int | None = None
 ) -> dict[str, Any] | None:
-    """Create the object if missing, patch it back to its rendering if it drifted; returns it live."""
+    """Create the object if missing, patch it back to its rendering if it drifted; returns it live.
+    Raises NotOwned for an object of that name that is not this pool's."""
     namespace, name = body.metadata.namespace, body.metadata.name
     live = await rt.api.get(owned.path)
+    if live is not None and not _owned_by(live, uid=str(body.metadata.uid)):
+        raise NotOwned(owned.plural, str(owned.body["metadata"]["name"]))
     if live is None:
         desired = dict(owned.body)
         if initial_replicas is not None and owned.plural == "deployments":
@@ -103,7 +135,7 @@ async def ensure(
         created = await rt.api.create(owned.collection, desired)
         logger.info("pool %s/%s: created %s %s", namespace, name, owned.plural, desired["metadata"]["name"])
         return created
-    patch = rendering.drift(owned.body, live, replicas_owned=owned.replicas_owned)
+    patch = drift.patch(owned.body, live, replicas_owned=owned.replicas_owned)
     if patch is None:
         return live
     logger.info("pool %s/%s: correcting drift of %s %s", namespace, name, owned.plural,
@@ -112,20 +144,44 @@ async def ensure(
     return await rt.api.merge_patch(owned.path, patch)
 
 
+def _owned_by(live: dict[str, Any], *, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in (live.get("metadata") or {}).get("ownerReferences") or ())
+
+
 async def remove_all(rt: runtime.Runtime, body: kopf.Body) -> None:
     """Delete the Lading-managed objects in the pool's namespace that this pool owns."""
-    namespace, name = str(body.metadata.namespace), body.metadata.name
-    uid = str(body.metadata.uid)
+    for api_version, plural, name in await _owned_objects(rt, body):
+        if await rt.api.delete(kube.path(api_version, plural, namespace=str(body.metadata.namespace), name=name)):
+            logger.info("pool %s/%s: refused; deleted %s %s", body.metadata.namespace, body.metadata.name,
+                        plural, name)  # fmt: skip
+
+
+async def prune(rt: runtime.Runtime, body: kopf.Body, *, keep: frozenset[ObjectId]) -> list[ObjectId]:
+    """Delete the objects this pool owns and no longer renders (not in `keep`); returns them."""
+    namespace = str(body.metadata.namespace)
+    pruned: list[ObjectId] = []
+    for api_version, plural, name in await _owned_objects(rt, body):
+        if (api_version, plural, name) in keep:
+            continue
+        if await rt.api.delete(kube.path(api_version, plural, namespace=namespace, name=name)):
+            logger.info("pool %s/%s: no longer rendered; deleted %s %s", namespace, body.metadata.name, plural, name)
+            events.normal(body, reason=conditions.PRUNED, message=f"{plural}/{name} is no longer rendered: deleted")
+            pruned.append((api_version, plural, name))
+    return pruned
+
+
+async def _owned_objects(rt: runtime.Runtime, body: kopf.Body) -> list[ObjectId]:
+    """The Lading-managed objects of the pool's namespace whose owner reference is this pool."""
+    namespace, uid = str(body.metadata.namespace), str(body.metadata.uid)
+    found: list[ObjectId] = []
     for api_version, plural in OWNED_KINDS:
         collection = kube.path(api_version, plural, namespace=namespace)
         try:
             listed = await rt.api.get(f"{collection}?labelSelector={rendering.LABEL_MANAGED_BY}%3Dlading")
         except kube.KubeError as exc:  # a kind this cluster lacks (KEDA) or may not be listed
-            logger.debug("pool %s/%s: %s not listed: %s", namespace, name, plural, exc)
+            logger.debug("pool %s/%s: %s not listed: %s", namespace, body.metadata.name, plural, exc)
             continue
         for item in (listed or {}).get("items") or []:
-            meta = item.get("metadata") or {}
-            if not any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or ()):
-                continue
-            if await rt.api.delete(kube.path(api_version, plural, namespace=namespace, name=str(meta.get("name")))):
-                logger.info("pool %s/%s: refused; deleted %s %s", namespace, name, plural, meta.get("name"))
+            if _owned_by(item, uid=uid):
+                found.append((api_version, plural, str((item.get("metadata") or {}).get("name"))))
+    return found

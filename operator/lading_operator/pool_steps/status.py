@@ -51,11 +51,14 @@ def running(
             previous, type=conditions.PAUSED, value=False, reason=conditions.CLAIMING, generation=generation
         )
     if vllm:
+        # Scaled to zero while idle is the state asked for (kstatus: Current), not an outage: Ready=True.
         engine_ready = ready_replicas > 0 or engine_desired == 0
-        not_ready = conditions.SCALED_TO_ZERO if engine_desired == 0 else conditions.ENGINE_STARTING
+        if ready_replicas > 0:
+            ready_reason = conditions.ENGINE_READY
+        else:
+            ready_reason = conditions.SCALED_TO_ZERO if engine_desired == 0 else conditions.ENGINE_STARTING
         ready = conditions.condition(
-            previous, type=conditions.READY, value=ready_replicas > 0,
-            reason=conditions.ENGINE_READY if ready_replicas > 0 else not_ready,
+            previous, type=conditions.READY, value=engine_ready, reason=ready_reason,
             message=f"{ready_replicas}/{engine_desired} vLLM replicas ready", generation=generation,
         )  # fmt: skip
         degraded = conditions.condition(
