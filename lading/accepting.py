@@ -81,6 +81,8 @@ class BatchRequest:
     """Inline documents; empty when `manifest` gives them."""
     endpoint: str | None = None
     suspended: bool = False
+    reuse: bool = True
+    """ExtractionBatch spec.reuse: jobs may take an earlier accepted result of the tenant (docs/reuse.md)."""
     max_attempts: int = 5
     manifest: manifest_lines.Spooled | None = None
     """A validated manifest on local disk (large batches), instead of inline `documents`."""
@@ -263,7 +265,7 @@ async def _insert_batch(
         idempotency_key=request.idempotency_key, request_hash=batch_hash, hash_version=hashing.HASH_VERSION,
         schema=request.schema, pool=request.pool, validation_policy=request.validation_policy,
         priority=PRIORITIES[request.priority], deadline_s=request.deadline_s, endpoint=request.endpoint,
-        suspended=request.suspended, total_jobs=total_jobs,
+        suspended=request.suspended, total_jobs=total_jobs, reuse=request.reuse,
     ))  # fmt: skip
 
 

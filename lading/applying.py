@@ -441,6 +441,7 @@ async def _admit_batch(
             f"{namespace}/{spec.delivery_endpoint_ref.name}" if spec.delivery_endpoint_ref is not None else None
         ),
         suspended=spec.suspend,
+        reuse=spec.reuse,
     )
     try:
         result = await accepting.accept_batch(conn, request)

@@ -18,6 +18,11 @@ ATTEMPTS_FINISHED = prom.Counter(
     "Attempts finished, by outcome class and resulting state",
     ["pool", "outcome", "state"],
 )
+RESULTS_REUSED = prom.Counter(
+    "lading_results_reused_total",
+    "Jobs that took an earlier accepted result of their tenant instead of calling the model (docs/reuse.md)",
+    ["pool"],
+)
 STALE_COMPLETIONS = prom.Counter(
     "lading_stale_completions_total",
     "Completions discarded because the attempt no longer owned the job (fence or lease)",

@@ -51,6 +51,8 @@ class NewBatch:
     endpoint: str | None
     suspended: bool
     total_jobs: int
+    reuse: bool = True
+    """Jobs may take an earlier accepted result and wait for duplicates (ExtractionBatch spec.reuse)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +79,7 @@ async def insert(conn: asyncpg.Connection, batch: NewBatch) -> Inserted | None:
         queries.sql("batch_insert"),
         batch.tenant, batch.namespace, batch.name, batch.uid, batch.idempotency_key, batch.request_hash,
         batch.hash_version, batch.schema, batch.pool, batch.validation_policy, batch.priority, batch.deadline_s,
-        batch.endpoint, batch.suspended, batch.total_jobs,
+        batch.endpoint, batch.suspended, batch.total_jobs, batch.reuse,
     )  # fmt: skip
     return None if row is None else Inserted(id=BatchId(row["id"]), now=row["now"])
 

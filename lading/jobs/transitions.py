@@ -74,6 +74,8 @@ class Finish:
     overloaded): a retry does not count it against the job's budget."""
     pause_pool_s: float | None = None
     """Pause the job's pool this long after committing: its endpoint cannot serve anyone now."""
+    reused_from: JobId | None = None
+    """The attempt took this job's accepted result instead of calling the model (`reused`)."""
 
     def __post_init__(self) -> None:
         if self.to not in FINISHING or not is_legal(JobState.RUNNING, self.to):
@@ -216,4 +218,43 @@ def fail(
 ) -> Finish:
     return Finish(
         job_id, fence, JobState.FAILED_TERMINAL, outcome, error_class=error_class, error=error, usage=usage
+    )
+
+
+REUSED: Final = "reused"
+"""The outcome of an attempt that took an earlier accepted result (job_attempts.outcome)."""
+
+DEFERRED: Final = "deferred"
+"""The outcome of an attempt given back unstarted because a duplicate was being extracted."""
+
+DUPLICATE_IN_FLIGHT: Final = "DUPLICATE_IN_FLIGHT"
+"""The error class a job carries while it waits for its duplicate's outcome."""
+
+
+def reused(
+        job_id: JobId,
+        fence: Fence,
+        *,
+        source: JobId,
+        result: dict[str, Any],
+        validation: dict[str, Any],
+) -> Finish:
+    """SUCCEEDED with the result and verdict of job `source`, taken without a model call (docs/reuse.md);
+    applied by `lading.db.reuse.finish_reused_many`."""
+    return Finish(
+        job_id, fence, JobState.SUCCEEDED, REUSED, result=result, validation=validation, reused_from=source
+    )
+
+
+def deferred(job_id: JobId, fence: Fence, *, leader: JobId, retry_in_s: float) -> Finish:
+    """Claimable again in `retry_in_s`, the attempt given back: job `leader` is extracting the same
+    document, and this job takes its result if it is accepted (docs/reuse.md)."""
+    return retry(
+        job_id,
+        fence,
+        outcome=DEFERRED,
+        error_class=DUPLICATE_IN_FLIGHT,
+        error=f"waiting for job {leader}, which is extracting the same document",
+        retry_in_s=retry_in_s,
+        give_back=True,
     )

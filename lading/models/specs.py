@@ -151,6 +151,8 @@ The CRD restates it as a CEL rule on the sum of text lengths (in characters: CEL
 
 Priority = Literal["high", "normal", "low"]
 PRIORITIES: tuple[Priority, ...] = ("high", "normal", "low")
+ResultReuse = Literal["tenant", "none"]
+"""TenantQuota spec.resultReuse: where a document may take an earlier accepted result from (docs/reuse.md)."""
 ProviderName = Literal["builtin", "openai-compatible", "vllm"]
 SchemaName = Literal["invoice.v1"]
 
@@ -437,6 +439,13 @@ class TenantQuotaSpec(_Spec):
         default=None,
         description="How long the tenant's document texts and results are kept after their jobs end. "
         "Unset: kept until deleted by hand.",
+    )
+    result_reuse: ResultReuse = pydantic.Field(
+        default="tenant",
+        description="tenant: a document takes an earlier accepted result of this tenant with the same SHA-256, "
+        "schema, model, prompt version and validation policy instead of calling the model (unless its "
+        "ExtractionBatch says reuse: false). none: every document calls the model. Results are never "
+        "shared between tenants.",
     )
     budget: MoneyBudget | None = pydantic.Field(
         default=None,
@@ -952,6 +961,13 @@ class ExtractionBatchSpec(_Spec):
     suspend: bool = pydantic.Field(
         default=False,
         description="Stop starting new jobs of this batch; running ones finish. May change at any time.",
+    )
+    reuse: bool = pydantic.Field(
+        default=True,
+        description="Let a document take an earlier accepted result of the tenant with the same SHA-256, "
+        "schema, model, prompt version and validation policy instead of calling the model, and wait for "
+        "an identical document already being extracted (when the TenantQuota's resultReuse allows). "
+        "false: every document calls the model, e.g. a re-extraction. Immutable.",
     )
     documents: list[InlineDocument] | None = pydantic.Field(
         default=None,

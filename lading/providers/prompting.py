@@ -29,6 +29,11 @@ from typing import Any
 
 from lading.models import invoice
 
+PROMPT_VERSION = "invoice-prompt-1"
+"""The version of what a model is asked here (instructions, rules, response format). Part of the
+key of result reuse (lading.reuse): bump it with any change that may change an answer, so that no
+result of the old prompt is taken for a job of the new one."""
+
 NONCE_BYTES = 12
 """96 bits: a document cannot guess it, and it stays short in the prompt (24 hex digits)."""
 

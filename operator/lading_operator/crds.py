@@ -179,6 +179,7 @@ KINDS: tuple[KindSpec, ...] = (
                 _immutable("deliveryEndpointRef", optional=True),
                 _immutable("deadlineSeconds"),
                 _immutable("validationPolicy"),
+                _immutable("reuse"),
                 _immutable("documents", optional=True),
                 _immutable("manifestUri", optional=True),
             ),

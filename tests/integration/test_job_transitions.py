@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from lading import accepting
-from lading.db import jobs
+from lading.db import jobs, reuse
 from lading.ids import Fence, JobId, PoolName, WorkerId
 from lading.jobs import states, transitions
 from lading.jobs.states import JobState
@@ -37,6 +37,11 @@ def _finish(to: JobState) -> Operation:
         await jobs.finish_many(conn, [finish], worker_id=WorkerId("w1"))
 
     return run
+
+
+async def _finish_reused(conn: asyncpg.Connection, job_id: JobId, fence: Fence) -> None:
+    finish = transitions.reused(job_id, fence, source=JobId(0), result={"x": 1}, validation={"passed": True})
+    await reuse.finish_reused_many(conn, [finish], worker_id=WorkerId("w1"))
 
 
 def _reap(to: JobState) -> Operation:
@@ -78,6 +83,7 @@ OPERATIONS: dict[str, tuple[frozenset[JobState], JobState, Operation, Setup]] = 
     "finish-review": (RUNNING, JobState.REVIEW_REQUIRED, _finish(JobState.REVIEW_REQUIRED), {}),
     "finish-retry": (RUNNING, JobState.RETRY_SCHEDULED, _finish(JobState.RETRY_SCHEDULED), {}),
     "finish-failed": (RUNNING, JobState.FAILED_TERMINAL, _finish(JobState.FAILED_TERMINAL), {}),
+    "finish-reused": (RUNNING, JobState.SUCCEEDED, _finish_reused, {}),
     "reap-retry": (RUNNING, JobState.RETRY_SCHEDULED, _reap(JobState.RETRY_SCHEDULED), {"lease_expired": True}),
     "reap-failed": (RUNNING, JobState.FAILED_TERMINAL, _reap(JobState.FAILED_TERMINAL), {"lease_expired": True}),
     "release": (RUNNING, JobState.RETRY_SCHEDULED, _release, {}),

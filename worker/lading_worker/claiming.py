@@ -6,9 +6,12 @@ among the pool's tenants within their in-flight caps and token budgets, by aged 
 inside each tenant's share, SKIP LOCKED; docs/fairness.md) and opens their attempt rows.
 Claimed jobs wait in a local queue (at most `prefetch` beyond the free slots) and each
 starts as its own task, executor -> committer, as soon as a slot is free: a slot frees the
-moment its model call returns. When there is nothing to claim, the claimer sleeps until a
-NOTIFY says new work arrived for its pool, a slot frees up, or the poll interval passes.
-When it stops, queued jobs that never started are released for other workers at once.
+moment its model call returns. A second round trip after each claim (`reusing.Reuser`) says
+which claimed jobs take an earlier accepted result or wait for a duplicate being extracted
+instead of calling the model (docs/reuse.md); those go straight to the committer. When there is
+nothing to claim, the claimer sleeps until a NOTIFY says new work arrived for its pool, a slot
+frees up, or the poll interval passes. When it stops, queued jobs that never started are
+released for other workers at once.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import asyncpg
 
 from lading import logs, looping, metrics, tracing
 from lading.db import jobs
-from lading.ids import PoolName, WorkerId
+from lading.db import reuse as reuse_db
+from lading.ids import JobId, PoolName, WorkerId
 from lading.settings import ClaimerSettings, LeaseSettings
-from lading_worker import committing, executing, inflight
+from lading_worker import committing, executing, inflight, reusing
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +54,11 @@ class Claimer:
             committer: committing.Committer,
             settings: ClaimerSettings,
             lease: LeaseSettings,
+            reuser: reusing.Reuser | None = None,
     ) -> None:
         self._db = db
+        self._reuser = reuser
+        """Result reuse (docs/reuse.md); None: every claimed job calls the model."""
         self._in_flight = in_flight
         self._pool = pool
         self._worker_id = worker_id
@@ -85,9 +92,14 @@ class Claimer:
                 limit=min(capacity, self._settings.batch_size),
                 lease_ttl_s=self._lease.ttl_s,
             )
+            decisions: dict[JobId, reuse_db.Decision] = {}
+            if claimed and self._reuser is not None:
+                decisions = await self._reuser.resolve(conn, claimed)
         now = inflight.InFlight.now()
         for job in claimed:
-            attempt = inflight.Attempt(job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s)
+            attempt = inflight.Attempt(
+                job=job, claimed_mono=now, lease_deadline_mono=now + self._lease.ttl_s, decision=decisions.get(job.id)
+            )
             self._in_flight.add(attempt)
             self._queue.append(attempt)
         self.start_queued()
@@ -123,9 +135,16 @@ class Claimer:
 
     async def _attempt_bound(self, attempt: inflight.Attempt) -> None:
         try:
-            finish = await self._executor.run(
-                attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._model_done(attempt)
-            )
+            settled = None
+            if attempt.decision is not None and self._reuser is not None:
+                settled = self._reuser.finish(attempt.job, attempt.decision)
+            if settled is not None:  # an earlier result taken, or a duplicate waited for: no model call
+                self._model_done(attempt)
+                finish = settled
+            else:
+                finish = await self._executor.run(
+                    attempt.job, claimed_mono=attempt.claimed_mono, on_model_done=lambda: self._model_done(attempt)
+                )
             if finish.pause_pool_s is not None:
                 self._paused_until_mono = max(self._paused_until_mono, inflight.InFlight.now() + finish.pause_pool_s)
             # One line per attempt, ids bound by the caller; classes only, never text or output.

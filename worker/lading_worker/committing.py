@@ -34,7 +34,7 @@ import asyncpg
 import prometheus_client
 
 from lading import looping, metrics, storable
-from lading.db import conflicts, jobs, registry
+from lading.db import conflicts, jobs, registry, reuse
 from lading.ids import PoolName, WorkerId
 from lading.jobs import transitions
 from lading.settings import ClaimerSettings
@@ -77,6 +77,7 @@ class Committer:
         self._pending: list[Entry] = []
         self._wake = asyncio.Event()
         self._stale_metric = metrics.STALE_COMPLETIONS.labels(pool)
+        self._reused_metric = metrics.RESULTS_REUSED.labels(pool)
         self._finished_metrics: dict[tuple[str, str], prometheus_client.Counter] = {}
 
     async def submit(self, finish: transitions.Finish) -> bool:
@@ -142,6 +143,16 @@ class Committer:
             for finish, future in group:
                 committed[future] = finish if finish.job_id in applied else None
 
+        reused = [entry for entry in entries if entry[0].reused_from is not None]
+        if reused:
+            # Their results come from the database, so they are storable: no isolation needed.
+            taken = await conflicts.retrying(
+                lambda: reuse.finish_reused_many(conn, [f for f, _ in reused], worker_id=self._worker_id),
+                what="Group commit of reused results",
+            )
+            for finish, future in reused:
+                committed[future] = finish if finish.job_id in taken else None
+            entries = [entry for entry in entries if entry[0].reused_from is None]
         return (await storable.isolate(entries, apply)).refused
 
     async def _pause(self, conn: asyncpg.Connection, applied: Sequence[transitions.Finish]) -> None:
@@ -171,6 +182,8 @@ class Committer:
             if finish is not None:
                 applied += 1
                 self._finished_metric(finish.outcome, finish.to.value).inc()
+                if finish.reused_from is not None:
+                    self._reused_metric.inc()
             elif future not in lost:
                 stale += 1
                 self._stale_metric.inc()

@@ -17,7 +17,7 @@ import dataclasses
 import enum
 import time
 
-from lading.db import jobs
+from lading.db import jobs, reuse
 from lading.ids import Fence, JobId
 
 
@@ -36,6 +36,8 @@ class Attempt:
     """Our conservative view of when the lease ends, in monotonic time."""
     task: asyncio.Task[None] | None = None
     phase: Phase = Phase.QUEUED
+    decision: reuse.Decision | None = None
+    """What result reuse decided for this claim (docs/reuse.md); None: call the model."""
 
 
 class InFlight:

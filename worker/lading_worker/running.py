@@ -31,7 +31,7 @@ import socket
 
 import asyncpg
 
-from lading import costing, limiting, looping
+from lading import costing, limiting, looping, reuse
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.documents import fetching
@@ -50,6 +50,7 @@ from lading_worker import (
     heartbeating,
     inflight,
     reaping,
+    reusing,
 )
 
 logger = logging.getLogger(__name__)
@@ -139,6 +140,9 @@ class Worker:
             committer=committer,
             settings=s.claimer,
             lease=s.lease,
+            reuser=None if row is None else reusing.Reuser(
+                producer=reuse.producer_of(row), worker_id=self.worker_id, attempt=s.attempt
+            ),
         )
         heartbeater = heartbeating.Heartbeater(
             self.db, self.inflight, pool=pool, worker_id=self.worker_id, settings=s.lease

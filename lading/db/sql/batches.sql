@@ -2,8 +2,8 @@
 -- Returns nothing when a batch with the same (tenant, idempotency key) exists: the caller
 -- then compares request hashes. Concurrent inserts of the same key wait for each other.
 INSERT INTO batches (tenant, namespace, name, uid, idempotency_key, request_hash, hash_version, schema,
-                     pool, validation_policy, priority, deadline_s, endpoint, suspended, total_jobs)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                     pool, validation_policy, priority, deadline_s, endpoint, suspended, total_jobs, reuse)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
 RETURNING id, clock_timestamp() AS now;
 

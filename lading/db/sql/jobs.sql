@@ -242,6 +242,54 @@ WITH input AS (
 )
 SELECT id FROM released;
 
+-- name: job_resolve_reuse
+-- What each of the jobs $1 (fences $2) worker $3 just claimed does, for model $4 and prompt version
+-- $5: take an earlier result, wait for a duplicate in flight (only with its deadline more than $6 s
+-- away), or lead (call the model). lading_reuse_resolve (migration 0019) says how.
+SELECT job_id, decision, other_job, waits, result, validation, saved_cost, saved_currency
+  FROM lading_reuse_resolve($1::bigint[], $2::bigint[], $3, $4, $5, $6);
+
+-- name: job_finish_reused_many
+-- RUNNING -> SUCCEEDED for attempts that took an earlier accepted result instead of calling the
+-- model (lading_reuse_resolve, migration 0019; docs/reuse.md). The compare-and-set of
+-- job_finish_many on (owner, fence, unexpired lease); the job records the job it took the result
+-- from (reused_from), its attempt row closes as `reused` with no tokens, the result and verdict are
+-- stored as taken, and the triggers write the completion event and the delivery like for any other
+-- success. A stale attempt changes nothing and is recorded in stale_completions.
+-- $1 job ids, $2 fences, $3 the jobs the results come from, $4 results, $5 verdicts; $6 the worker.
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[], $5::jsonb[])
+           AS t(job_id, fence, source, result, validation)
+), locked AS (
+    -- Lock the rows in id order before changing them (see job_heartbeat_many).
+    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+), finished AS (
+    UPDATE extraction_jobs j
+       SET state = 'SUCCEEDED', reused_from = i.source, lease_until = NULL, worker_id = NULL,
+           finished_at = clock_timestamp(), last_error_class = NULL, last_error = NULL,
+           updated_at = clock_timestamp()
+      FROM input i JOIN locked l ON l.id = i.job_id
+     WHERE j.id = i.job_id
+       AND j.fence = i.fence
+       AND j.worker_id = $6
+       AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.result, i.validation
+), closed AS (
+    UPDATE job_attempts a
+       SET finished_at = clock_timestamp(),
+           outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN 'reused' ELSE 'stale' END,
+           tokens_in = 0, tokens_out = 0, latency_ms = 0
+      FROM input i
+     WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+), stored AS (
+    INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
+    SELECT id, fence, schema, validation_policy, result, validation FROM finished
+), stale AS (
+    INSERT INTO stale_completions (job_id, fence, worker_id)
+    SELECT i.job_id, i.fence, $6 FROM input i WHERE i.job_id NOT IN (SELECT id FROM finished)
+)
+SELECT id FROM finished;
+
 -- name: job_lock_expired_leases
 -- The reaper's first step, inside its transaction: running jobs whose lease ran out.
 SELECT id, fence, attempt, max_attempts, deadline_at, clock_timestamp() AS now

@@ -1,0 +1,99 @@
+"""
+Repository of result reuse (migration 0019, docs/reuse.md): which claimed jobs take an earlier
+accepted result, which wait for a duplicate in flight, which call the model; and the finish of the
+jobs that took a result. The queries are `job_resolve_reuse` and `job_finish_reused_many` in
+`sql/jobs.sql`.
+
+What decides "the same result" and the single flight live in the database
+(`lading_reuse_key`, `lading_reuse_resolve`); what a worker does with a decision is
+`lading_worker.reusing`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from lading.db import queries
+from lading.ids import Fence, JobId, WorkerId
+from lading.jobs import transitions
+
+
+class Kind(enum.StrEnum):
+    REUSE = "reuse"  #: an accepted result of the same tenant and key exists: take it
+    WAIT = "wait"  #: a duplicate is being extracted: give the claim back and look again shortly
+    LEAD = "lead"  #: call the model (duplicates that come later wait for this job)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    other_job: JobId | None = None
+    """REUSE: the job whose result is taken. WAIT: the duplicate being extracted."""
+    waits: int = 0
+    """WAIT: how often this job already gave its claim back for a duplicate."""
+    result: dict[str, Any] | None = None
+    """REUSE: the result taken, as stored (a reviewer's correction included)."""
+    validation: dict[str, Any] | None = None
+    """REUSE: the verdict stored with it."""
+    saved_cost: decimal.Decimal | None = None
+    """REUSE: what the job the result is taken from cost (None: unpriced)."""
+    saved_currency: str | None = None
+
+
+LEAD = Decision(Kind.LEAD)
+
+
+async def resolve(
+        conn: asyncpg.Connection,
+        claimed: Sequence[tuple[JobId, Fence]],
+        *,
+        worker_id: WorkerId,
+        model: str,
+        prompt_version: str,
+        wait_margin_s: float,
+) -> dict[JobId, Decision]:
+    """The decision for each claimed job this worker still owns, in one round trip (jobs it no
+    longer owns are absent). `wait_margin_s`: a job waits for a duplicate only while its deadline
+    is further away than this."""
+    if not claimed:
+        return {}
+    rows = await conn.fetch(
+        queries.sql("job_resolve_reuse"),
+        [j for j, _ in claimed], [f for _, f in claimed], worker_id, model, prompt_version, wait_margin_s,
+    )  # fmt: skip
+    return {
+        JobId(r["job_id"]): Decision(
+            kind=Kind(r["decision"]),
+            other_job=None if r["other_job"] is None else JobId(r["other_job"]),
+            waits=r["waits"] or 0,
+            result=r["result"],
+            validation=r["validation"],
+            saved_cost=r["saved_cost"],
+            saved_currency=r["saved_currency"],
+        )
+        for r in rows
+    }
+
+
+async def finish_reused_many(
+        conn: asyncpg.Connection,
+        finishes: Sequence[transitions.Finish],
+        *,
+        worker_id: WorkerId,
+) -> set[JobId]:
+    """Apply finishes that took an earlier result (`transitions.reused`); returns the ids applied.
+    A stale one changes nothing and is recorded in `stale_completions`, as in `jobs.finish_many`."""
+    if not finishes:
+        return set()
+    rows = await conn.fetch(
+        queries.sql("job_finish_reused_many"),
+        [f.job_id for f in finishes], [f.fence for f in finishes], [f.reused_from for f in finishes],
+        [f.result for f in finishes], [f.validation for f in finishes], worker_id,
+    )  # fmt: skip
+    return {JobId(r["id"]) for r in rows}

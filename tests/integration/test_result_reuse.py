@@ -1,0 +1,174 @@
+"""
+Result reuse by content digest (docs/reuse.md), with an in-process worker over real PostgreSQL and
+a provider that counts its calls: an accepted result of the tenant is taken instead of calling the
+model, across batches; never across tenants, nor for a changed byte, another model, an opted-out
+batch or a tenant whose quota says `resultReuse: none`; a reviewer's approval makes a result
+reusable. (Duplicates in flight at once, across worker processes: tests/acceptance/test_reuse_processes.py.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import asyncpg
+import pytest
+from lading_worker import running
+
+from lading import accepting, reviewing
+from lading.db import registry
+from lading.ids import JobId, PoolName, TenantName
+from lading.providers import base
+from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
+from lading_demo import builtin, generator
+from tests.support import factories, providers, waiting
+
+OTHER_POOL = PoolName("lading-system/other-model")
+
+SAMPLES = generator.generate(40, seed=16)
+CLEAN = [s for s in SAMPLES if s.expected_state == "SUCCEEDED"]
+TOTALS_OFF = next(s for s in SAMPLES if s.defect == "totals_mismatch")
+
+
+def _settings(pool: str) -> WorkerProcessSettings:
+    return WorkerProcessSettings(
+        pool=pool,
+        lease=LeaseSettings(ttl_s=10, heartbeat_interval_s=0.05),
+        claimer=ClaimerSettings(concurrency=8, batch_size=8, poll_interval_s=0.05),
+        reaper=ReaperSettings(interval_s=0.05),
+        attempt=AttemptSettings(backoff_base_s=0.01, backoff_cap_s=0.02, timeout_s=5),
+        shutdown_grace_s=5.0,
+    )
+
+
+def _provider() -> providers.ScriptedProvider:
+    """The builtin extractor, counting its calls (`.calls`)."""
+    return providers.ScriptedProvider(lambda document: builtin.extract_text(document.text))
+
+
+def _request(
+        name: str, texts: list[str], *, tenant: str = factories.TENANT, pool: str = factories.POOL, reuse: bool = True
+) -> accepting.BatchRequest:
+    request = factories.batch_request(name=name, count=0, tenant=tenant, pool=pool)
+    return dataclasses.replace(
+        request,
+        validation_policy="invoice-strict-v2",
+        reuse=reuse,
+        documents=[accepting.DocumentInput(key=f"doc-{i}", text=text) for i, text in enumerate(texts)],
+    )
+
+
+async def _run(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, request: accepting.BatchRequest, provider: base.Provider
+) -> list[asyncpg.Record]:
+    """Accept `request`, run a worker of its pool until the batch settles; its jobs in key order."""
+    accepted = await accepting.accept_batch(db, request)
+
+    async def settled() -> bool:
+        return bool(await db.fetchval(
+            "SELECT count(*) = $2 FROM extraction_jobs WHERE batch_id = $1"
+            " AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL')",
+            accepted.batch_id, len(accepted.job_ids),
+        ))  # fmt: skip
+
+    worker = running.Worker(dbpool, settings=_settings(request.pool), provider=provider)
+    async with waiting.running(worker.run):
+        await waiting.until(settled, timeout_s=30)
+    return list(await db.fetch(
+        "SELECT j.id, j.state, j.reused_from, r.result FROM extraction_jobs j LEFT JOIN results r ON r.job_id = j.id"
+        " WHERE j.batch_id = $1 ORDER BY j.document_key",
+        accepted.batch_id,
+    ))  # fmt: skip
+
+
+async def _seed(db: asyncpg.Connection) -> None:
+    await factories.seed(db)
+    await factories.seed(db, tenant="globex")
+    await registry.upsert_tenant(
+        db, name=TenantName("initech"), namespaces=["initech"], weight=1, max_queued_jobs=None, max_in_flight=None,
+        spec={"resultReuse": "none"},
+    )  # fmt: skip
+    await registry.upsert_pool(
+        db, name=OTHER_POOL, provider="openai-compatible", model="another-model",
+        spec={"endpoint": {"url": "http://127.0.0.1:9/v1"}},
+    )  # fmt: skip
+
+
+async def test_an_accepted_result_is_taken_across_batches_of_the_tenant_without_a_model_call(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await _seed(db)
+    x, y = CLEAN[0].text, CLEAN[1].text
+    provider = _provider()
+    first = await _run(db, dbpool, _request("first", [x, y]), provider)
+    assert [j["state"] for j in first] == ["SUCCEEDED", "SUCCEEDED"]
+    assert len(provider.calls) == 2
+
+    # x again, y changed by one byte, a new document: only x is taken.
+    second = await _run(db, dbpool, _request("second", [x, y + " ", CLEAN[2].text]), provider)
+    assert len(provider.calls) == 4
+    assert [j["state"] for j in second] == ["SUCCEEDED"] * 3
+    assert [j["reused_from"] for j in second] == [first[0]["id"], None, None]
+    assert second[0]["result"] == first[0]["result"]
+    attempt = await db.fetchrow("SELECT outcome, tokens_in, tokens_out FROM job_attempts WHERE job_id = $1",
+                                second[0]["id"])
+    assert dict(attempt) == {"outcome": "reused", "tokens_in": 0, "tokens_out": 0}
+    # Its own success: its own completion event and (with an endpoint) its own delivery.
+    assert await db.fetchval(
+        "SELECT count(*) FROM outbox_events WHERE aggregate_id = $1 AND type = 'extraction.completed.v1'",
+        second[0]["id"],
+    ) == 1
+
+
+async def test_no_result_is_taken_across_tenants_models_opted_out_batches_or_a_quota_that_says_none(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await _seed(db)
+    x = CLEAN[0].text
+    provider = _provider()
+    await _run(db, dbpool, _request("first", [x]), provider)
+    assert len(provider.calls) == 1
+
+    elsewhere = await _run(db, dbpool, _request("globex-1", [x], tenant="globex"), provider)
+    opted_out = await _run(db, dbpool, _request("again", [x], reuse=False), provider)
+    other_model = await _run(db, dbpool, _request("other", [x], pool=OTHER_POOL), provider)
+    assert len(provider.calls) == 4
+    assert [j["reused_from"] for j in elsewhere + opted_out + other_model] == [None, None, None]
+
+    for name in ("initech-1", "initech-2"):
+        jobs = await _run(db, dbpool, _request(name, [x], tenant="initech"), provider)
+        assert jobs[0]["reused_from"] is None
+    assert len(provider.calls) == 6
+
+
+async def test_a_result_approved_in_review_is_taken_and_one_still_in_review_is_not(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    await _seed(db)
+    provider = _provider()
+    reviewed = await _run(db, dbpool, _request("first", [TOTALS_OFF.text]), provider)
+    assert reviewed[0]["state"] == "REVIEW_REQUIRED"
+
+    waiting_for_review = await _run(db, dbpool, _request("second", [TOTALS_OFF.text]), provider)
+    assert len(provider.calls) == 2
+    assert waiting_for_review[0]["reused_from"] is None
+
+    await reviewing.approve(db, job_id=JobId(reviewed[0]["id"]), reviewer="ana", reason="totals checked by hand")
+    taken = await _run(db, dbpool, _request("third", [TOTALS_OFF.text]), provider)
+    assert len(provider.calls) == 2
+    assert taken[0]["state"] == "SUCCEEDED"
+    assert taken[0]["reused_from"] == reviewed[0]["id"]
+    assert taken[0]["result"] == reviewed[0]["result"]
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+async def test_a_result_deleted_by_retention_is_not_taken(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, deleted: bool
+) -> None:
+    await _seed(db)
+    provider = _provider()
+    first = await _run(db, dbpool, _request("first", [CLEAN[0].text]), provider)
+    if deleted:
+        await db.execute("UPDATE results SET result = NULL WHERE job_id = $1", first[0]["id"])
+    again = await _run(db, dbpool, _request("again", [CLEAN[0].text]), provider)
+    assert (again[0]["reused_from"] is None) is deleted
+    assert len(provider.calls) == (2 if deleted else 1)
