@@ -231,3 +231,15 @@ DELIVERY_END_TO_END = prom.Histogram(
     ["endpoint"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600),
 )
+
+# The HTTP intake (`lading api`). `route` is the route's template (/v1/jobs/{id}), never a concrete path.
+API_REQUESTS = prom.Counter(
+    "lading_api_requests_total", "Requests answered by the HTTP intake, by method, route template and status",
+    ["method", "route", "status"],
+)
+API_LATENCY = prom.Histogram(
+    "lading_api_request_seconds",
+    "Time to answer a request of the HTTP intake, by method and route template",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = [ROOT, ROOT / "worker", ROOT / "operator", ROOT / "webhook_receiver", ROOT / "cli"]
+SOURCE_ROOTS = [ROOT, ROOT / "api", ROOT / "worker", ROOT / "operator", ROOT / "webhook_receiver", ROOT / "cli"]
 
 
 def environment(**extra: str) -> dict[str, str]:

@@ -1,0 +1,89 @@
+"""
+A batch's status as the intake reports it: the fields and the phase rules of the ExtractionBatch
+custom resource's `.status` (the operator's `lading_operator.batches.Reconciler.status_of`), computed
+from the same reads (`lading.db.batches.get_observed`). Pure: the caller reads, this shapes.
+
+    phase      Completed   every job settled, some succeeded or await review (or none at all)
+               Failed      every job settled, none succeeded
+               Suspended   spec.suspend and work left
+               Running     work left
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from lading.db import api_views, batches, jobs
+from lading.jobs.states import SETTLED, JobState
+
+
+def rfc3339(moment: dt.datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def reason_of(error_class: str) -> str:
+    """An error class (DEADLINE_EXCEEDED, InvalidOutput) as a CamelCase reason, as the operator writes it."""
+    parts = [p for p in error_class.replace("-", "_").split("_") if p]
+    text = "".join(p if not p.isupper() else p.capitalize() for p in parts) or "Failed"
+    cleaned = "".join(ch for ch in text if ch.isalnum())[:64]
+    return cleaned if cleaned and cleaned[0].isalpha() else "Failed"
+
+
+def view(
+        batch: api_views.Batch,
+        current: batches.ObservedBatch,
+        *,
+        delivered: int | None,
+        failures: Sequence[jobs.Failure],
+) -> dict[str, Any]:
+    c = current.counts
+    settled = sum(n for s, n in c.items() if s in SETTLED) >= current.total
+    good = c[JobState.SUCCEEDED] + c[JobState.REVIEW_REQUIRED]
+    if settled:
+        phase = "Completed" if good > 0 or current.total == 0 else "Failed"
+    elif current.suspended:
+        phase = "Suspended"
+    else:
+        phase = "Running"
+    conditions = [
+        _condition("Admitted", True, "Admitted", f"batch {current.batch_id} of tenant {batch.tenant}"),
+        _condition("Progressing", not settled and not current.suspended,
+                   "Settled" if settled else ("Suspended" if current.suspended else "JobsRemaining")),
+        _condition("Complete", settled, ("Completed" if phase == "Completed" else "Failed") if settled
+                   else "JobsRemaining"),
+    ]  # fmt: skip
+    if delivered is not None:
+        done = delivered >= good and settled
+        conditions.append(_condition("Delivered", done, "AllDelivered" if done else "DeliveriesPending",
+                                     f"{delivered} of {good} results delivered"))
+    return {
+        "namespace": batch.namespace,
+        "name": batch.name,
+        "phase": phase,
+        "batchId": str(current.batch_id),
+        "tenant": batch.tenant,
+        "total": current.total,
+        "ready": c[JobState.READY],
+        "running": c[JobState.RUNNING],
+        "retryScheduled": c[JobState.RETRY_SCHEDULED],
+        "reviewRequired": c[JobState.REVIEW_REQUIRED],
+        "succeeded": c[JobState.SUCCEEDED],
+        "failed": c[JobState.FAILED_TERMINAL],
+        "cancelled": c[JobState.CANCELLED],
+        "delivered": delivered,
+        "oldestEligibleAgeSeconds": int(current.oldest_eligible_s or 0),
+        "admittedAt": rfc3339(current.admitted_at),
+        "completedAt": rfc3339(current.last_finished_at) if settled else None,
+        "recentFailures": [
+            {"documentKey": f.document_key[:256], "reason": reason_of(f.error_class), "message": f.error[:512],
+             "at": rfc3339(f.at)}
+            for f in failures
+        ],
+        "conditions": conditions,
+    }
+
+
+def _condition(kind: str, value: bool, reason: str, message: str = "") -> dict[str, str]:
+    return {"type": kind, "status": "True" if value else "False", "reason": reason, "message": message}

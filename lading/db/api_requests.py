@@ -1,0 +1,55 @@
+"""
+Repository of the HTTP intake's idempotency record (`api_requests`, migration 0020): per
+(namespace, Idempotency-Key), the canonical request digest a POST was answered 202 for and that
+answer (status, Location, body), replayed to a retry.
+
+A request takes its key with `claim` inside a transaction it keeps open while it is processed and
+writes its answer with `answer` before committing; a concurrent request with the same key waits in
+`claim` for that transaction's outcome, at most the transaction's lock_timeout (then
+`asyncpg.LockNotAvailableError`: the key is in progress). A request that is refused, or whose
+process dies, rolls back and leaves no row, so the key can be used again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import asyncpg
+
+from lading.db import queries
+
+
+@dataclasses.dataclass(frozen=True)
+class Answered:
+    request_sha256: str
+    status: int
+    location: str
+    body: dict[str, Any]
+    created_at: dt.datetime
+
+
+async def claim(conn: asyncpg.Connection, *, namespace: str, key: str, request_sha256: str) -> bool:
+    """Take the key for this transaction; False when it was answered before (see `get`)."""
+    return await conn.fetchval(queries.sql("api_request_claim"), namespace, key, request_sha256) is not None
+
+
+async def get(conn: asyncpg.Connection, *, namespace: str, key: str) -> Answered | None:
+    row = await conn.fetchrow(queries.sql("api_request_get"), namespace, key)
+    if row is None:
+        return None
+    return Answered(row["request_sha256"], row["status"], row["location"], row["body"], row["created_at"])
+
+
+async def answer(
+        conn: asyncpg.Connection,
+        *,
+        namespace: str,
+        key: str,
+        status: int,
+        location: str,
+        body: dict[str, Any],
+) -> None:
+    """Record the answer of the key taken by `claim` in this transaction."""
+    await conn.execute(queries.sql("api_request_answer"), namespace, key, status, location, body)

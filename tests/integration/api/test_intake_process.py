@@ -1,0 +1,95 @@
+"""
+The intake as a process: killed between the acceptance's commit and the answer (the retry gets
+the first job, not a second one), a database it cannot reach (503 with Retry-After), the OpenAPI
+document it serves (and the committed copy, which must not be stale), and `lading tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import aiohttp
+import asyncpg
+import pytest
+from lading_api import openapi
+
+from tests.integration.api.conftest import ApiProcess, Tenant, call, document, start_api
+from tests.support import processes
+
+
+@pytest.mark.parametrize("failpoint", [
+    "api.after_accept_before_record",   # the document committed, the Idempotency-Key record not
+    "api.after_commit_before_answer",   # both committed, the answer never sent
+])  # fmt: skip
+async def test_a_retry_after_the_server_died_before_answering_gets_the_first_job(
+        failpoint: str, database_url: str, acme: Tenant, db: asyncpg.Connection, http: aiohttp.ClientSession,
+) -> None:
+    doomed = start_api(database_url, failpoints=f"{failpoint}=kill")
+    try:
+        with pytest.raises(aiohttp.ClientError):
+            await call(http, "POST", f"{doomed.base_url}/v1/namespaces/acme/documents", tenant=acme, key="k",
+                       json=document())
+        assert doomed.process.wait(timeout=30) == -9
+    finally:
+        doomed.kill()
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == 1
+    job_id = await db.fetchval("SELECT id FROM extraction_jobs")
+    restarted = start_api(database_url)
+    try:
+        retry = await call(http, "POST", f"{restarted.base_url}/v1/namespaces/acme/documents", tenant=acme, key="k",
+                           json=document())
+    finally:
+        restarted.kill()
+    assert (retry.status, retry.headers["Location"]) == (202, f"/v1/jobs/{job_id}")
+    assert retry.headers["Idempotency-Replayed"] == "true"
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == 1
+
+
+async def test_an_unreachable_database_is_503_with_retry_after(http: aiohttp.ClientSession) -> None:
+    cut_off = start_api("postgresql://postgres@127.0.0.1:9/nowhere")  # discard port: refused at once
+    try:
+        posted = await call(http, "POST", f"{cut_off.base_url}/v1/namespaces/acme/documents", key="k",
+                            json=document(), headers={"Authorization": "Bearer lading_" + "a" * 43})
+        ready = await call(http, "GET", f"{cut_off.base_url}/readyz")
+        alive = await call(http, "GET", f"{cut_off.base_url}/healthz")
+    finally:
+        cut_off.kill()
+    assert posted.status == 503 and int(posted.headers["Retry-After"]) > 0
+    assert posted.body["type"].endswith("/unavailable") and "nowhere" not in json.dumps(posted.body)
+    assert (ready.status, alive.status) == (503, 200)
+
+
+async def test_the_served_openapi_document_is_the_committed_one(
+        api_server: ApiProcess, http: aiohttp.ClientSession
+) -> None:
+    served = await call(http, "GET", f"{api_server.base_url}/openapi.json")
+    assert served.status == 200
+    committed = json.loads(openapi.COMMITTED.read_text(encoding="utf-8"))
+    assert served.body == committed, "docs/openapi.json is stale: run python -m lading_api.openapi --write"
+    assert set(committed["paths"]) >= {"/v1/namespaces/{namespace}/documents", "/v1/jobs/{id}"}
+
+
+def lading(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", *args],
+                          env=processes.environment(), capture_output=True, text=True, timeout=60, check=False)
+
+
+async def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
+        api_server: ApiProcess, database_url: str, acme: Tenant, http: aiohttp.ClientSession,
+) -> None:
+    created = lading("tokens", "create", "--database-url", database_url, "--namespace", "acme", "--name", "ci",
+                     "--expires-in", "30d")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("lading_") and "expires" in created.stderr
+    url = f"{api_server.base_url}/v1/jobs/1"
+    assert (await call(http, "GET", url, headers={"Authorization": f"Bearer {token}"})).status == 404
+    listed = lading("tokens", "list", "--database-url", database_url, "--json")
+    assert token not in listed.stdout
+    assert {t["name"]: t["active"] for t in json.loads(listed.stdout)["tokens"]} == {"acme-token": True, "ci": True}
+    assert lading("tokens", "revoke", "ci", "--database-url", database_url).returncode == 0
+    assert (await call(http, "GET", url, headers={"Authorization": f"Bearer {token}"})).status == 401
+    refused = lading("tokens", "create", "--database-url", database_url, "--namespace", "Not_A_Namespace")
+    assert refused.returncode != 0 and "--namespace" in refused.stderr
