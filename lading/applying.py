@@ -69,6 +69,13 @@ class AdmissionRejected(errors.PermanentError):
         super().__init__(message)
         self.reason = reason
         self.fields = tuple(fields)
+        self.source: str | None = None
+        """Where the refused resource was read (`FILE: document N (Kind namespace/name)`), when
+        `apply_manifests` refused it."""
+
+
+class PricingCurrencyChanged(errors.PermanentError):
+    """An InferencePool's spec.pricing names another currency than the one it is priced in; not applied."""
 
 
 class InvalidDocument(AdmissionRejected):
@@ -479,21 +486,35 @@ async def apply_manifests(
             async with conn.transaction():
                 await _apply_definitions(conn, loaded)
                 for batch in by_manifest:
-                    await check_batch(conn, batch.resource)
+                    with _sourced(batch):
+                        await check_batch(conn, batch.resource)
                 raise _RulesChecked
     async with contextlib.AsyncExitStack() as stack:
-        spooled = [
-            await stack.enter_async_context(spool_manifest(batch.resource, documents=settings))
-            if batch.resource.spec.manifest_uri is not None
-            else None
-            for batch in loaded.extraction_batches
-        ]
+        spooled: list[manifest_lines.Spooled | None] = []
+        for batch in loaded.extraction_batches:
+            with _sourced(batch):
+                spooled.append(
+                    await stack.enter_async_context(spool_manifest(batch.resource, documents=settings))
+                    if batch.resource.spec.manifest_uri is not None
+                    else None
+                )
         async with conn.transaction():
             await _apply_definitions(conn, loaded)
-            return [
-                await admit_batch(conn, batch.resource, manifest=manifest, documents=settings)
-                for batch, manifest in zip(loaded.extraction_batches, spooled, strict=True)
-            ]
+            applied = []
+            for batch, manifest in zip(loaded.extraction_batches, spooled, strict=True):
+                with _sourced(batch):
+                    applied.append(await admit_batch(conn, batch.resource, manifest=manifest, documents=settings))
+            return applied
+
+
+@contextlib.contextmanager
+def _sourced(batch: manifests.Loaded[specs.ExtractionBatch]) -> Iterator[None]:
+    """A refusal of `batch` says where it was read."""
+    try:
+        yield
+    except AdmissionRejected as exc:
+        exc.source = batch.where
+        raise
 
 
 async def _apply_definitions(conn: asyncpg.Connection, loaded: manifests.Manifests) -> None:

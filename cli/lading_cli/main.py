@@ -2,6 +2,7 @@
 `lading` subcommands:
 
     run FILE...   apply manifests and run the whole system on this machine until done
+    apply FILE... apply manifests to the database without a cluster (all or nothing; --dry-run), and exit
     migrate       apply database migrations: the one migrator (idempotent, safe to run concurrently);
                   --receiver: the reference receiver's migrations, to the receiver's database
     worker        run one worker process for one InferencePool
@@ -13,8 +14,6 @@
     crds          write the CustomResourceDefinitions generated from the models (--check: verify)
     receiver      the reference ERP webhook receiver (verifies, dedups, books invoices)
     operator      run the Kubernetes operator (reconciles batches, pools, quotas, endpoints)
-    api           the HTTP intake: documents and batches over HTTP (202, Idempotency-Key, 303 when done)
-    tokens        bearer tokens of the HTTP intake: create (printed once), list, revoke
 """
 
 from __future__ import annotations
@@ -26,14 +25,13 @@ import sys
 from collections.abc import Sequence
 
 import asyncpg
-from lading_api import main as api_main
 from lading_webhook_receiver import serving as receiver_serving
 from lading_worker import main as worker_main
 
 from lading import __version__, errors, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import crds, deliveries, local, receiver, reports, review, tokens
+from lading_cli import apply, crds, deliveries, local, receiver, reports, review
 from lading_cli import operator as operator_cli
 from lading_cli import relay as relay_cli
 
@@ -89,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_arguments(run)
     run.set_defaults(handler=local.run)
 
+    apply_parser = commands.add_parser(
+        "apply", help="apply manifests to the database without a cluster, and exit (all or nothing; --dry-run)"
+    )
+    apply.add_arguments(apply_parser)
+    apply_parser.set_defaults(handler=apply.run)
+
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.add_argument(
         "--database-url",
@@ -138,13 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
     operator_parser = commands.add_parser("operator", help="run the Kubernetes operator")
     operator_cli.add_arguments(operator_parser)
     operator_parser.set_defaults(handler=operator_cli.run)
-
-    api_parser = commands.add_parser("api", help="run the HTTP intake (documents and batches over HTTP)")
-    api_main.add_arguments(api_parser)
-    api_parser.set_defaults(handler=api_main.run)
-
-    tokens_parser = commands.add_parser("tokens", help="create, list or revoke bearer tokens of the HTTP intake")
-    tokens.add_arguments(tokens_parser)
     return parser
 
 

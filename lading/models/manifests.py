@@ -10,6 +10,10 @@ is not checked here but at admission (`lading.applying.check_batch`), once for e
 Nothing is half-applied because nothing is applied here at all: applying is the caller's job,
 and it starts only once loading returned.
 
+`lading apply` checks a set that may lean on objects applied before (`standalone=False`): a
+reference to a pool, endpoint or Secret that is not in the files, or a batch namespace no quota in
+the files covers, is then left to the database (admission says when it is missing there).
+
 Every problem reads
 
     FILE: document N (Kind namespace/name): field.path: message
@@ -91,9 +95,10 @@ class Manifests:
         raise KeyError(f"no Secret {namespace}/{ref.name} in the manifests")
 
 
-def load_paths(paths: Sequence[pathlib.Path]) -> Manifests:
-    """Load YAML files (a directory means its *.yaml and *.yml files, sorted) as one manifest set."""
-    loader = _Loader()
+def load_paths(paths: Sequence[pathlib.Path], *, standalone: bool = True) -> Manifests:
+    """Load YAML files (a directory means its *.yaml and *.yml files, sorted) as one manifest set.
+    `standalone`: every reference must resolve within the files (False: or in the database)."""
+    loader = _Loader(standalone=standalone)
     for path in _expand(paths, loader):
         try:
             text = path.read_text(encoding="utf-8")
@@ -129,7 +134,8 @@ _Key = tuple[str, str | None, str]
 class _Loader:
     """Accumulates documents and problems across files; `finish` cross-checks and decides."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, standalone: bool = True) -> None:
+        self.standalone = standalone
         self.problems: list[str] = []
         self.loaded: list[Loaded[specs.Resource]] = []
         self.invalid: set[_Key] = set()
@@ -212,7 +218,7 @@ class _Loader:
             extraction_batches=_typed(by_kind, specs.ExtractionBatch),
             secrets=_typed(by_kind, specs.Secret),
         )
-        _References(manifests, invalid=self.invalid, problems=self.problems).check(
+        _References(manifests, invalid=self.invalid, problems=self.problems, standalone=self.standalone).check(
             invalid_quota_namespaces=self.invalid_quota_namespaces,
         )
         if self.problems:
@@ -238,8 +244,10 @@ class _Loader:
 class _References:
     """Cross-document checks over the valid resources. Appends to `problems`, never raises."""
 
-    def __init__(self, manifests: Manifests, *, invalid: set[_Key], problems: list[str]) -> None:
+    def __init__(self, manifests: Manifests, *, invalid: set[_Key], problems: list[str], standalone: bool) -> None:
         self.manifests = manifests
+        self.standalone = standalone
+        """False: a reference to an object that is not in the set is left to the database."""
         self.invalid = invalid
         self.problems = problems
         self.present: set[_Key] = {
@@ -297,7 +305,7 @@ class _References:
 
         quota = quotas.get(namespace)
         if quota is None:
-            if namespace not in invalid_quota_namespaces:
+            if namespace not in invalid_quota_namespaces and self.standalone:
                 self.problems.append(
                     f"{batch.where}: metadata.namespace: "
                     f"namespace {namespace} is not covered by any TenantQuota"
@@ -305,7 +313,7 @@ class _References:
             return
 
     def _exists(self, referrer: Loaded[specs.Resource], path: str, key: _Key) -> None:
-        if key not in self.present and key not in self.invalid:
+        if key not in self.present and key not in self.invalid and self.standalone:
             kind, namespace, name = key
             self.problems.append(
                 f"{referrer.where}: {path}: {kind} {namespace}/{name} is not in the manifests"
@@ -315,7 +323,7 @@ class _References:
         namespace = referrer.resource.namespace
         secret = self.secrets.get((namespace, ref.name))
         if secret is None:
-            if ("Secret", namespace, ref.name) not in self.invalid:
+            if ("Secret", namespace, ref.name) not in self.invalid and self.standalone:
                 self.problems.append(
                     f"{referrer.where}: {path}: Secret {namespace}/{ref.name} is not in the manifests"
                 )
