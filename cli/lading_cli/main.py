@@ -14,6 +14,8 @@
     crds          write the CustomResourceDefinitions generated from the models (--check: verify)
     receiver      the reference ERP webhook receiver (verifies, dedups, books invoices)
     operator      run the Kubernetes operator (reconciles batches, pools, quotas, endpoints)
+    api           the HTTP intake: documents and batches over HTTP (202, Idempotency-Key, 303 when done)
+    tokens        bearer tokens of the HTTP intake: create (printed once), list, revoke
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import sys
 from collections.abc import Sequence
 
 import asyncpg
+from lading_api import main as api_main
 from lading_webhook_receiver import serving as receiver_serving
 from lading_worker import main as worker_main
 
 from lading import __version__, errors, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import apply, crds, deliveries, local, receiver, reports, review
+from lading_cli import apply, crds, deliveries, local, receiver, reports, review, tokens
 from lading_cli import operator as operator_cli
 from lading_cli import relay as relay_cli
 
@@ -142,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     operator_parser = commands.add_parser("operator", help="run the Kubernetes operator")
     operator_cli.add_arguments(operator_parser)
     operator_parser.set_defaults(handler=operator_cli.run)
+
+    api_parser = commands.add_parser("api", help="run the HTTP intake (documents and batches over HTTP)")
+    api_main.add_arguments(api_parser)
+    api_parser.set_defaults(handler=api_main.run)
+
+    tokens_parser = commands.add_parser("tokens", help="create, list or revoke bearer tokens of the HTTP intake")
+    tokens.add_arguments(tokens_parser)
     return parser
 
 
