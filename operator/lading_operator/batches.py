@@ -54,13 +54,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import asyncpg
 import kopf
 import pydantic
 
 from lading import accepting, applying, errors
-from lading.db import batches, fairness, jobs, observed, registry
+from lading.db import batches, fairness, jobs, observed, queue, registry
 from lading.documents import fetching, manifest_lines
-from lading.ids import TenantName
+from lading.ids import BatchId, PoolName, TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
 from lading.settings import DocumentSettings
@@ -81,6 +82,12 @@ RECENT_FAILURES = status.RECENT_FAILURES_MAX
 QUEUED_STATES = (JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED)
 SIGNIFICANT = ("phase", "observedGeneration", "conditions", "total", "recentFailures", "completedAt", "batchId")
 """Status fields whose change is written at once; counts and ages wait for the next status interval."""
+QUEUE_FIELDS = ("queuePosition", "etaSeconds")
+"""Status fields computed from the pool's whole queue (`lading.db.queue.position`): read at most once per
+status interval, and never a reason to write on their own before it passes."""
+STALLING = frozenset({conditions.INVALID_SPEC, conditions.INVALID_MANIFEST, conditions.IDEMPOTENCY_CONFLICT})
+"""Reasons a batch is not admitted that only a person can clear (kstatus: Stalled=True); the others clear
+by themselves (room in the quota, a pool or quota appearing)."""
 
 
 def key(namespace: str, name: str) -> runtime.ObjectKey:
@@ -135,6 +142,11 @@ class Reconciler:
         self.last_write_at = 0.0
         self._parsed_batch: specs.ExtractionBatch | None = None
         self._parsed_generation: int | None = None
+        self.priority_applied: int | None = None
+        """The priority class the batch's jobs have (read from the database once, then kept)."""
+        self.priority_refused: str | None = None
+        """A spec.priority the tenant's quota does not allow: not applied, and said once."""
+        self.queue_read_at = -float("inf")
 
     @property
     def idempotency_key(self) -> str:
@@ -195,7 +207,10 @@ class Reconciler:
             queue_full = exc.reason == conditions.QUOTA_EXCEEDED
             waiting_on = tenant if queue_full and tenant is not None else runtime.ANY_TENANT
             self.rt.wait_in_queue(self.key, waiting_on)
-            await self.pending(exc.reason, str(exc))
+            where = None
+            if queue_full and tenant is not None:
+                where = await self._queue_position(tenant, batch_id=None, documents=len(batch.spec.documents or ()))
+            await self.pending(exc.reason, str(exc), where=where)
             return self.rt.settings.idle_interval_s
         except errors.IdempotencyConflict as exc:
             await self.pending(conditions.IDEMPOTENCY_CONFLICT, str(exc))
@@ -271,24 +286,92 @@ class Reconciler:
         finally:
             budget.release(jobs, admitted=admitted)
 
-    async def pending(self, reason: str, message: str) -> None:
+    async def pending(self, reason: str, message: str, *, where: queue.QueuePosition | None = None) -> None:
         generation = self.body.metadata.get("generation")
         previous = self.last_written.get("conditions")
+        stalled = reason in STALLING
         desired = conditions.dump(
             status.ExtractionBatchStatus(
                 phase="Pending",
                 observed_generation=generation,
                 conditions=[
                     conditions.condition(
+                        previous, type=conditions.READY, value=False, reason=reason, message=message,
+                        generation=generation,
+                    ),
+                    conditions.condition(
+                        previous, type=conditions.STALLED, value=stalled,
+                        reason=reason if stalled else conditions.NOT_STALLED, message=message if stalled else "",
+                        generation=generation,
+                    ),
+                    conditions.condition(
                         previous, type=conditions.ADMITTED, value=False, reason=reason, message=message,
                         generation=generation,
                     ),
                 ],
             )
-        )
-        if conditions.changed(self.last_written, desired):
+        )  # fmt: skip
+        desired.update(self._queue_fields(where))
+        queue_only = self._queue_only(desired)
+        if conditions.changed(self.last_written, desired) and not queue_only:
             events.warning(self.body, reason=reason, message=message[:1024])
-        await self._write(desired)
+        await self._write(desired, volatile_only=queue_only)
+
+    # --- Queue position and priority.
+
+    def _pool(self) -> PoolName:
+        ref = self.body.spec.get("inferencePoolRef") or {}
+        return applying.pool_key(str(ref.get("namespace") or self.namespace), str(ref.get("name") or ""))
+
+    async def _queue_position(
+        self, tenant: TenantName, *, batch_id: BatchId | None, documents: int = 0
+    ) -> queue.QueuePosition | None:
+        """Where the batch stands in its pool's queue, read at most once per status interval (None: not
+        read now; the last written values stand)."""
+        now = time.monotonic()
+        if now - self.queue_read_at < self.rt.settings.status_interval_s:
+            return None
+        self.queue_read_at = now
+        async with self.rt.db.acquire() as conn:
+            return await queue.position(
+                conn, pool=self._pool(), tenant=tenant, batch_id=batch_id, documents=documents
+            )
+
+    def _queue_fields(self, where: queue.QueuePosition | None) -> dict[str, Any]:
+        if where is None:  # not read this time: keep what was written
+            return {field: self.last_written[field] for field in QUEUE_FIELDS if field in self.last_written}
+        fields = {"queuePosition": where.position, "etaSeconds": where.eta_s}
+        return {field: value for field, value in fields.items() if value is not None}
+
+    def _queue_only(self, desired: dict[str, Any]) -> bool:
+        """Whether `desired` differs from what was written in the queue fields alone (or not at all)."""
+        patch = conditions.status_patch(self.last_written, desired) or {}
+        return all(field in QUEUE_FIELDS for field in patch)
+
+    async def _apply_priority(self, conn: asyncpg.Connection, batch_id: BatchId) -> str | None:
+        """Give the batch's unfinished jobs spec.priority when it changed; the message when the tenant's
+        quota does not allow it (the jobs keep theirs)."""
+        name = str(self.body.spec.get("priority") or "normal")
+        wanted = accepting.PRIORITIES.get(name)
+        if self.priority_applied is None:
+            self.priority_applied = await queue.priority(conn, batch_id=batch_id)
+        if wanted is None or wanted == self.priority_applied:
+            self.priority_refused = None
+            return None
+        assert self.tenant is not None
+        rules = await registry.tenant_rules(conn, tenant=self.tenant)
+        if rules is not None and rules.allowed_priorities is not None and name not in rules.allowed_priorities:
+            message = (f"priority {name} is not allowed for tenant {self.tenant} (allowedPriorities: "
+                       f"{', '.join(rules.allowed_priorities) or 'none'}); its jobs keep their priority")  # fmt: skip
+            if self.priority_refused != name:
+                events.warning(self.body, reason=conditions.PRIORITY_NOT_ALLOWED, message=message)
+                self.priority_refused = name
+            return message
+        changed = await queue.set_priority(conn, batch_id=batch_id, priority=wanted)
+        self.priority_applied, self.priority_refused = wanted, None
+        events.normal(self.body, reason=conditions.PRIORITY_CHANGED,
+                      message=f"priority {name}: {changed} unfinished job(s) re-ranked")  # fmt: skip
+        return None
 
     # --- Status.
 
@@ -305,6 +388,7 @@ class Reconciler:
                 self.admitted = None
                 return self.rt.settings.retry_initial_s
             self.admitted = current
+            priority_refused = await self._apply_priority(conn, current.batch_id)
             failed = current.counts[JobState.FAILED_TERMINAL]
             failures = None
             if failed and failed != self.failures_at:
@@ -315,9 +399,12 @@ class Reconciler:
                 delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
                 endpoint_missing = not await registry.endpoint_exists(conn, name=current.endpoint)
             budget = await fairness.tenant_budget(conn, tenant=self.tenant)
+        where = None
+        if sum(n for s, n in current.counts.items() if s in SETTLED) < current.total and not suspend:
+            where = await self._queue_position(self.tenant, batch_id=current.batch_id)
         desired = self.status_of(
             current, failures=failures, delivered=delivered, suspend=suspend, budget=budget,
-            endpoint_missing=endpoint_missing,
+            endpoint_missing=endpoint_missing, where=where, priority_refused=priority_refused,
         )  # fmt: skip
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
@@ -363,6 +450,8 @@ class Reconciler:
         suspend: bool,
         budget: fairness.TenantBudget | None = None,
         endpoint_missing: bool = False,
+        where: queue.QueuePosition | None = None,
+        priority_refused: str | None = None,
     ) -> dict[str, Any]:
         c = current.counts
         generation = self.body.metadata.get("generation")
@@ -381,10 +470,9 @@ class Reconciler:
         progressing_reason = (
             conditions.SETTLED if settled else (conditions.SUSPENDED if suspend else conditions.JOBS_REMAINING)
         )
+        failed = phase == "Failed"
         complete_reason = (
-            (conditions.COMPLETED if phase == "Completed" else conditions.FAILED)
-            if settled
-            else conditions.JOBS_REMAINING
+            (conditions.FAILED if failed else conditions.COMPLETED) if settled else conditions.JOBS_REMAINING
         )
         admitted_message = f"batch {current.batch_id} of tenant {self.tenant}"
         conds = [
@@ -397,24 +485,58 @@ class Reconciler:
                 previous, type=conditions.PROGRESSING, value=not settled and not suspend, reason=progressing_reason,
                 generation=generation,
             ),
+            # A failed batch is not Complete: `kubectl wait --for=condition=Complete` waits for success only.
             conditions.condition(
-                previous, type=conditions.COMPLETE, value=settled, reason=complete_reason, generation=generation
+                previous, type=conditions.COMPLETE, value=settled and not failed, reason=complete_reason,
+                generation=generation,
+            ),
+            conditions.condition(
+                previous, type=conditions.FAILED_CONDITION, value=failed, reason=complete_reason,
+                message=self._summary(current) if failed else "", generation=generation,
             ),
         ]  # fmt: skip
+        delivery: status.Condition | None = None
         if endpoint_missing:
             waiting = good - (delivered or 0)
-            conds.append(conditions.condition(
+            delivery = conditions.condition(
                 previous, type=conditions.DELIVERED, value=False, reason=conditions.ENDPOINT_NOT_FOUND,
                 message=f"DeliveryEndpoint {current.endpoint} does not exist; {waiting} result(s) wait for it "
                 f"({delivered or 0} of {good} delivered)",
                 generation=generation,
-            ))  # fmt: skip
+            )  # fmt: skip
         elif delivered is not None:
-            conds.append(conditions.condition(
+            delivery = conditions.condition(
                 previous, type=conditions.DELIVERED, value=delivered >= good and settled,
                 reason=conditions.ALL_DELIVERED if delivered >= good and settled else conditions.DELIVERIES_PENDING,
                 message=f"{delivered} of {good} results delivered", generation=generation,
-            ))  # fmt: skip
+            )  # fmt: skip
+        if delivery is not None:
+            conds.append(delivery)
+        # kstatus: Ready once the batch did what it is for (completed, and delivered when it has an endpoint);
+        # Stalled when only a person can move it on (it failed; a priority its quota refuses).
+        if failed:
+            ready_reason, ready_message = conditions.FAILED, self._summary(current)
+        elif not settled:
+            ready_reason, ready_message = progressing_reason, ""
+        elif delivery is not None and delivery.status != "True":
+            ready_reason, ready_message = delivery.reason, delivery.message
+        else:
+            ready_reason = delivery.reason if delivery is not None else conditions.COMPLETED
+            ready_message = self._summary(current)
+        stalled_reason = conditions.FAILED if failed else (
+            conditions.PRIORITY_NOT_ALLOWED if priority_refused is not None else conditions.NOT_STALLED
+        )
+        conds[:0] = [
+            conditions.condition(
+                previous, type=conditions.READY, value=ready_reason in (conditions.COMPLETED, conditions.ALL_DELIVERED),
+                reason=ready_reason, message=ready_message, generation=generation,
+            ),
+            conditions.condition(
+                previous, type=conditions.STALLED, value=stalled_reason != conditions.NOT_STALLED,
+                reason=stalled_reason,
+                message=self._summary(current) if failed else (priority_refused or ""), generation=generation,
+            ),
+        ]  # fmt: skip
         if budget is not None and budget.budget is not None:
             spent = f"tenant {self.tenant} used {budget.used} of {budget.budget} tokens today"
             waits = f"{spent}; jobs wait until {status.rfc3339(budget.resets_at)}"
@@ -460,6 +582,8 @@ class Reconciler:
         desired = conditions.dump(model)
         if recent is None and "recentFailures" in self.last_written:
             desired["recentFailures"] = self.last_written["recentFailures"]
+        if not settled and not suspend:
+            desired.update(self._queue_fields(where))
         return desired
 
     def _volatile_only(self, desired: dict[str, Any]) -> bool:
@@ -484,7 +608,7 @@ class Reconciler:
             live=self.last_written, desired=desired,
         )  # fmt: skip
         if written:
-            self.last_written = {**self.last_written, **desired}
+            self.last_written = dict(desired)
             self.last_write_at = now
 
 

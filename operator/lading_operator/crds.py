@@ -161,6 +161,20 @@ KINDS: tuple[KindSpec, ...] = (
                 description="What the batch's model calls cost at its pool's prices (-o wide)",
             ),
             PrinterColumn(name="Currency", json_path=".status.cost.currency", priority=1),
+            PrinterColumn(
+                name="Position", type="integer", json_path=".status.queuePosition", priority=1,
+                description="Eligible jobs of the pool claimed before this batch's next one (0: next)",
+            ),
+            PrinterColumn(
+                name="ETA", type="integer", json_path=".status.etaSeconds", priority=1,
+                description="Seconds until its last job is done at the pool's recent throughput",
+            ),
+            PrinterColumn(name="Pool", json_path=".spec.inferencePoolRef.name", priority=1),
+            PrinterColumn(name="Tenant", json_path=".status.tenant", priority=1),
+            PrinterColumn(
+                name="Reason", json_path='.status.conditions[?(@.type=="Ready")].reason', priority=1,
+                description="Why the batch is (not) Ready",
+            ),
         ),
         rules={
             ("spec",): (

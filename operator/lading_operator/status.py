@@ -153,6 +153,16 @@ class ExtractionBatchStatus(_Status):
     oldest_eligible_age_seconds: Count | None = pydantic.Field(
         default=None, description="Seconds the oldest job eligible to run has waited."
     )
+    queue_position: Count | None = pydantic.Field(
+        default=None,
+        description="While Pending or Running: eligible jobs of the pool claimed before this batch's next one "
+        "under fair share (0: it is next). Absent when no job of it is eligible now.",
+    )
+    eta_seconds: Count | None = pydantic.Field(
+        default=None,
+        description="While Pending or Running: seconds until its last job is done at the pool's throughput of "
+        "the last 10 minutes. Absent when the pool finished no call in that time.",
+    )
     admitted_at: Timestamp | None = pydantic.Field(default=None, description="When the batch was admitted.")
     completed_at: Timestamp | None = pydantic.Field(default=None, description="When the batch completed.")
     recent_failures: list[RecentFailure] | None = pydantic.Field(
@@ -161,7 +171,8 @@ class ExtractionBatchStatus(_Status):
         description="The most recent failed documents, newest first (at most 10).",
     )
     conditions: Conditions | None = pydantic.Field(
-        default=None, description="Admitted, Progressing, Complete, Delivered, BudgetExhausted."
+        default=None,
+        description="Ready, Stalled, Admitted, Progressing, Complete, Failed, Delivered, BudgetExhausted.",
     )
 
 
