@@ -73,6 +73,15 @@ async def oldest_stale_completion_age_s(conn: asyncpg.Connection) -> float | Non
     return await _age(conn, "stale_completion_oldest_age")
 
 
+async def delete_expired_api_requests(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
+    """Idempotency-Key records of the HTTP intake answered more than `older_than_s` ago."""
+    return await _deleted(conn, "api_request_delete_expired", older_than_s=older_than_s, limit=limit)
+
+
+async def oldest_api_request_age_s(conn: asyncpg.Connection) -> float | None:
+    return await _age(conn, "api_request_oldest_age")
+
+
 async def delete_expired_permits(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
     """Limiter permits acquired more than `older_than_s` ago that hold no slot any more."""
     return await _deleted(conn, "limiter_permit_delete_expired", older_than_s=older_than_s, limit=limit)

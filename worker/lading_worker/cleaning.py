@@ -52,6 +52,9 @@ INBOX_RETENTION_MIN_S: Final = DAY_S
 """The inbox is the ingress dedup window: an event redelivered after its row is gone would be
 applied again. A day outlasts any broker redelivery (the consumer acks within seconds; a
 publisher retrying after a day is a new intent, not a redelivery)."""
+IDEMPOTENCY_KEY_RETENTION_MIN_S: Final = DAY_S
+"""An Idempotency-Key of the HTTP intake is answered with its first answer for at least a day
+(docs/api.md): a client retrying after its record went would be accepted again."""
 PERMIT_RETENTION_MIN_S: Final = 300.0
 """Permits inside the limiter's sliding window (61 s) are counted by every acquisition; five
 minutes keeps them with room to spare."""
@@ -84,6 +87,9 @@ class CleanerSettings:
     delivery is gone."""
     stale_completions_s: float = 30 * DAY_S
     """Stale-completion records: `lading status` reports recent ones; a month is plenty."""
+    api_requests_s: float = 2 * DAY_S
+    """Idempotency-Key records of the HTTP intake, seconds after the answer (at least a day): a
+    retry within this window gets the first answer again."""
     limiter_s: float = HOUR_S
     """Limiter permits that hold no slot, and per-second sums, seconds after acquisition: the
     window is a minute; an hour leaves the recent history readable."""
@@ -100,6 +106,9 @@ class CleanerSettings:
         if self.inbox_s < INBOX_RETENTION_MIN_S:
             raise ValueError(f"inbox retention must be at least {INBOX_RETENTION_MIN_S:.0f} s (the dedup "
                              f"window), got {self.inbox_s}")
+        if self.api_requests_s < IDEMPOTENCY_KEY_RETENTION_MIN_S:
+            raise ValueError(f"Idempotency-Key retention must be at least {IDEMPOTENCY_KEY_RETENTION_MIN_S:.0f} s, "
+                             f"got {self.api_requests_s}")
         if self.limiter_s < PERMIT_RETENTION_MIN_S:
             raise ValueError(f"limiter retention must be at least {PERMIT_RETENTION_MIN_S:.0f} s (the "
                              f"limiter's window), got {self.limiter_s}")
@@ -127,6 +136,8 @@ TABLES: Final = (
     Table("deliveries", retention.delete_delivered, retention.oldest_delivered_age_s, lambda s: s.delivered_s),
     Table("stale_completions", retention.delete_stale_completions, retention.oldest_stale_completion_age_s,
           lambda s: s.stale_completions_s),
+    Table("api_requests", retention.delete_expired_api_requests, retention.oldest_api_request_age_s,
+          lambda s: s.api_requests_s),
     Table("limiter_permits", retention.delete_expired_permits, retention.oldest_permit_age_s,
           lambda s: s.limiter_s),
     Table("limiter_seconds", retention.delete_expired_limiter_seconds, retention.oldest_limiter_second_age_s,
