@@ -1,8 +1,8 @@
 """
 Repository of result reuse (migration 0019, docs/reuse.md): which claimed jobs take an earlier
 accepted result, which wait for a duplicate in flight, which call the model; and the finish of the
-jobs that took a result. The queries are `job_resolve_reuse` and `job_finish_reused_many` in
-`sql/jobs.sql`.
+jobs that took a result; how many jobs of a batch took one. The queries are `job_resolve_reuse`,
+`job_finish_reused_many` and `job_count_reused_of_batch` in `sql/jobs.sql`.
 
 What decides "the same result" and the single flight live in the database
 (`lading_reuse_key`, `lading_reuse_resolve`); what a worker does with a decision is
@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from lading.db import queries
-from lading.ids import Fence, JobId, WorkerId
+from lading.ids import BatchId, Fence, JobId, WorkerId
 from lading.jobs import transitions
 
 
@@ -97,3 +97,8 @@ async def finish_reused_many(
         [f.result for f in finishes], [f.validation for f in finishes], worker_id,
     )  # fmt: skip
     return {JobId(r["id"]) for r in rows}
+
+
+async def count_reused_of_batch(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: BatchId) -> int:
+    """How many jobs of the batch took an earlier accepted result instead of calling the model."""
+    return int(await conn.fetchval(queries.sql("job_count_reused_of_batch"), batch_id))

@@ -145,6 +145,11 @@ class ExtractionBatchStatus(_Status):
     delivered: Count | None = pydantic.Field(
         default=None, description="Results delivered to the DeliveryEndpoint."
     )
+    reused: Count | None = pydantic.Field(
+        default=None,
+        description="Succeeded jobs that took an earlier accepted result of the tenant instead of calling the "
+        "model (result reuse).",
+    )
     cost: Money | None = pydantic.Field(
         default=None,
         description="What the batch's model calls cost at its pool's spec.pricing, every attempt included "

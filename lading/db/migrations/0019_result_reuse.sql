@@ -33,6 +33,8 @@ ALTER TABLE job_attempts ADD CONSTRAINT job_attempts_outcome_check CHECK (outcom
 -- The lookup of a tenant's accepted results of one key, newest first.
 CREATE INDEX extraction_jobs_reusable ON extraction_jobs (tenant, reuse_key, id)
     WHERE state = 'SUCCEEDED' AND reuse_key IS NOT NULL;
+-- A batch's reused jobs, counted for its status (only reused jobs are in it).
+CREATE INDEX extraction_jobs_reused_by_batch ON extraction_jobs (batch_id) WHERE reused_from IS NOT NULL;
 -- The lookup of a running job of the same key (single flight).
 CREATE INDEX extraction_jobs_reuse_in_flight ON extraction_jobs (tenant, reuse_key)
     WHERE state = 'RUNNING' AND reuse_key IS NOT NULL;

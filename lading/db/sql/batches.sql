@@ -74,7 +74,8 @@ SELECT tenant FROM batches WHERE idempotency_key = $1 ORDER BY id LIMIT 1;
 -- name: batch_list_report
 -- Batches in progress (a job not yet settled: waiting or running), oldest first, at most $1,
 -- with per-state counts. The open set comes from the claimable and leases indexes; the counts
--- from the (batch_id, document_key) index, one batch at a time.
+-- from the (batch_id, document_key) index, one batch at a time; the jobs that took an earlier
+-- result (reused) from extraction_jobs_reused_by_batch (migration 0019).
 WITH open AS (
     SELECT batch_id FROM extraction_jobs WHERE state IN ('READY', 'RETRY_SCHEDULED')
      UNION
@@ -87,7 +88,8 @@ WITH open AS (
      LIMIT $1
 )
 SELECT p.id, p.tenant, p.namespace, p.name, p.pool, p.total_jobs, p.suspended, p.created_at,
-       extract(epoch FROM now() - p.created_at)::float8 AS age_s, c.states, c.counts
+       extract(epoch FROM now() - p.created_at)::float8 AS age_s, c.states, c.counts,
+       (SELECT count(*)::int FROM extraction_jobs r WHERE r.batch_id = p.id AND r.reused_from IS NOT NULL) AS reused
   FROM picked p
  CROSS JOIN LATERAL (
        SELECT array_agg(s.state ORDER BY s.state) AS states, array_agg(s.n ORDER BY s.state) AS counts

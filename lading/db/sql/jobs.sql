@@ -290,6 +290,11 @@ WITH input AS (
 )
 SELECT id FROM finished;
 
+-- name: job_count_reused_of_batch
+-- Jobs of batch $1 that took an earlier accepted result (extraction_jobs_reused_by_batch, migration
+-- 0019: only such jobs are in it). For status, `lading run` and `lading status`.
+SELECT count(*)::bigint FROM extraction_jobs WHERE batch_id = $1 AND reused_from IS NOT NULL;
+
 -- name: job_lock_expired_leases
 -- The reaper's first step, inside its transaction: running jobs whose lease ran out.
 SELECT id, fence, attempt, max_attempts, deadline_at, clock_timestamp() AS now
