@@ -1,4 +1,4 @@
-# The Lading image: one image for every process (`lading operator`, `lading worker`, `lading relay`,
+# The Lading image: one image for every process (`lading operator`, `lading worker`, `lading api`, `lading relay`,
 # `lading receiver`, `lading migrate`). Used by hack/kind-e2e.sh and the Helm chart.
 FROM python:3.11-slim
 
@@ -15,6 +15,7 @@ COPY lading_elected ./lading_elected
 COPY operator ./operator
 COPY worker ./worker
 COPY webhook_receiver ./webhook_receiver
+COPY api ./api
 COPY cli ./cli
 RUN pip install . && rm -rf /src
 
