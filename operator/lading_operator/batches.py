@@ -58,7 +58,7 @@ import asyncpg
 import kopf
 import pydantic
 
-from lading import accepting, applying, errors
+from lading import accepting, applying, errors, failpoints
 from lading.db import batches, fairness, jobs, observed, queue, registry
 from lading.documents import fetching, manifest_lines
 from lading.ids import BatchId, PoolName, TenantName
@@ -646,7 +646,11 @@ async def deleted(rt: runtime.Runtime, body: kopf.Body, *, live: Mapping[str, An
     if live.get("phase") not in (None, "Terminating"):
         path = f"/apis/{specs.API_VERSION}/namespaces/{body.metadata.namespace}/{PLURAL}/{body.metadata.name}/status"
         await rt.api.merge_patch(path, {"status": {"phase": "Terminating"}})
+    await failpoints.ahit("operator.batch_deleted.before_cancel")
     cancelled = await finalize(rt, body)
+    # Committed; the finalizer is still on the object until this handler returns (a crash here
+    # runs the handler again, which finds nothing left to cancel).
+    await failpoints.ahit("operator.batch_deleted.after_cancel")
     logger.info("batch %s/%s deleted: %d jobs cancelled", body.metadata.namespace, body.metadata.name, cancelled)
     if cancelled:
         message = f"{cancelled} unfinished jobs cancelled; results are kept"
