@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 import asyncpg
 
-from lading import accepting, errors, metrics, reasons, tracing
+from lading import accepting, costing, errors, metrics, reasons, tracing
 from lading.db import registry
 from lading.documents import manifest_lines
 from lading.ids import PoolName, TenantName
@@ -145,10 +145,22 @@ async def apply_tenant_quota(conn: asyncpg.Connection, quota: specs.TenantQuota)
 
 
 async def apply_inference_pool(conn: asyncpg.Connection, pool: specs.InferencePool) -> None:
+    """Mirror the pool. A priced pool's currency is fixed: its jobs' and batches' costs are summed in
+    it, so a change to another currency raises PricingCurrencyChanged and nothing is applied."""
     spec = pool.spec
+    name = pool_key(pool.metadata.namespace or "default", pool.metadata.name)
+    if spec.pricing is not None:
+        stored = await registry.get_pool(conn, name=name)
+        before = None if stored is None else costing.Pricing.from_stored(stored.spec)
+        if before is not None and before.currency != spec.pricing.currency:
+            raise PricingCurrencyChanged(
+                f"InferencePool {name}: spec.pricing.currency: the pool is priced in {before.currency}; a priced "
+                f"pool's currency cannot change to {spec.pricing.currency} (its costs are summed in it): create "
+                "another InferencePool"
+            )
     await registry.upsert_pool(
         conn,
-        name=pool_key(pool.metadata.namespace or "default", pool.metadata.name),
+        name=name,
         provider=spec.provider,
         model=spec.model,
         spec=spec.model_dump(mode="json", by_alias=True),
@@ -313,7 +325,28 @@ async def _check_rules(
             reason=reasons.POOL_NOT_FOUND, message=f"InferencePool {pool_name} does not exist",
             fields=[FieldError(f"{field_prefix}inferencePoolRef", f"InferencePool {pool_name} does not exist")],
         )  # fmt: skip
+    _require_budget_currency(rules, pool, subject=subject, field_prefix=field_prefix)
     return tenant, rules, pool
+
+
+def _require_budget_currency(
+        rules: registry.TenantRules, pool: registry.Pool, *, subject: str, field_prefix: str
+) -> None:
+    """A tenant with a money budget may use only pools priced in its currency (or unpriced ones): a
+    budget never converts with an exchange rate, so a pool priced otherwise is refused, not ignored."""
+    pricing = costing.Pricing.from_stored(pool.spec)
+    if rules.budget_currency is None or pricing is None or pricing.currency == rules.budget_currency:
+        return
+    message = (
+        f"InferencePool {pool.name} is priced in {pricing.currency} but TenantQuota {rules.tenant} budgets in "
+        f"{rules.budget_currency}; a budget counts only pools priced in its own currency (no exchange rates): "
+        f"use a pool priced in {rules.budget_currency}"
+    )
+    raise AdmissionRejected(
+        reason=reasons.CURRENCY_MISMATCH,
+        message=f"{subject}: {field_prefix}inferencePoolRef: {message}",
+        fields=[FieldError(f"{field_prefix}inferencePoolRef", message)],
+    )
 
 
 async def _check_room(

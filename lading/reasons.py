@@ -38,11 +38,16 @@ MANIFEST_UNAVAILABLE: Final = "ManifestUnavailable"
 """The manifest could not be read now (`manifest_lines.ManifestUnavailable`, a TemporaryError):
 admission is retried unchanged; the operator writes no condition for it."""
 
+CURRENCY_MISMATCH: Final = "CurrencyMismatch"
+"""The batch's pool is priced (spec.pricing) in another currency than the tenant's budget
+(TenantQuota spec.budget): a budget counts only pools priced in its currency, never with an exchange
+rate; admitted once the pool or the budget changes."""
+
 IDEMPOTENCY_CONFLICT: Final = "IdempotencyConflict"
 """A batch with this identity was accepted with different content."""
 
 ADMISSION: Final = frozenset({
     NO_TENANT_QUOTA, PRIORITY_NOT_ALLOWED, POOL_NOT_ALLOWED, POOL_NOT_FOUND, QUOTA_EXCEEDED, INVALID_SPEC,
-    INVALID_MANIFEST, MANIFEST_UNAVAILABLE, IDEMPOTENCY_CONFLICT,
+    INVALID_MANIFEST, MANIFEST_UNAVAILABLE, IDEMPOTENCY_CONFLICT, CURRENCY_MISMATCH,
 })  # fmt: skip
 """Every reason a batch can be refused admission with."""

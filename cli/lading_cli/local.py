@@ -46,7 +46,7 @@ import rich.table
 from lading_worker import running
 
 from lading import applying, errors
-from lading.db import batches, deliveries, embedded, migrating
+from lading.db import batches, deliveries, embedded, migrating, spend
 from lading.db import pool as dbpool
 from lading.documents import manifest_lines
 from lading.jobs.states import JobState
@@ -269,6 +269,7 @@ async def _summary(
         for a in applied:
             snapshot = await batches.progress(conn, batch_id=a.result.batch_id, total=len(a.result.job_ids))
             started_at, last_change_at = await batches.timing(conn, batch_id=a.result.batch_id)
+            cost = await spend.batch_cost(conn, batch_id=a.result.batch_id)
             out.append(
                 {
                     "namespace": a.namespace,
@@ -279,6 +280,7 @@ async def _summary(
                     "counts": {state.value: snapshot.counts[state] for state in JobState},
                     "delivered": await deliveries.count_delivered_of_batch(conn, batch_id=a.result.batch_id),
                     "settled": snapshot.done,
+                    "cost": None if cost is None else cost.to_json(),
                     "started_at": _rfc3339(started_at),
                     "completed_at": _rfc3339(last_change_at) if snapshot.done else None,
                 }
@@ -291,11 +293,14 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(summary, indent=2))
         return
     table = rich.table.Table(title=f"Lading run ({summary['database']} database, {summary['elapsed_s']:.1f} s)")
-    for column in ("batch", "total", "succeeded", "delivered", "review", "failed", "cancelled", "other", "settled"):
+    priced = any(b.get("cost") for b in summary["batches"])
+    columns = ("batch", "total", "succeeded", "delivered", "review", "failed", "cancelled", "other", "settled")
+    for column in (*columns, "cost") if priced else columns:
         table.add_column(column, justify="left" if column == "batch" else "right", overflow="fold", no_wrap=True)
     for b in summary["batches"]:
         counts = b["counts"]
         other = counts["READY"] + counts["RUNNING"] + counts["RETRY_SCHEDULED"]
+        cost = [f"{b['cost']['amount']} {b['cost']['currency']}" if b.get("cost") else "-"] if priced else []
         table.add_row(
             f"{b['namespace']}/{b['name']}",
             str(b["total"]),
@@ -306,6 +311,7 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
             str(counts["CANCELLED"]),
             str(other),
             "yes" if b["settled"] else "no",
+            *cost,
         )
     # A terminal gets its own width; logs and pipes get room for whole batch names.
     rich.console.Console(width=None if sys.stdout.isatty() else 120).print(table)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,12 @@ class ClaimedDelivery:
     result: dict[str, Any] | None
     validation_policy: str
     validation_outcome: str
+    cost: decimal.Decimal | None = None
+    """What the job's attempts cost (`extraction_jobs.cost`); None: its pool is unpriced."""
+    cost_currency: str | None = None
+    tokens_in: int | None = None
+    """Prompt tokens of all the job's attempts; None when no attempt reported any."""
+    tokens_out: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +227,10 @@ async def claim(
             result=r["result"],
             validation_policy=r["validation_policy"],
             validation_outcome=r["validation_outcome"],
+            cost=r["cost"],
+            cost_currency=r["cost_currency"],
+            tokens_in=r["tokens_in"],
+            tokens_out=r["tokens_out"],
         )
         for r in rows
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 
 import asyncpg
 
@@ -19,8 +20,34 @@ from lading.ids import PoolName, TenantName
 
 
 @dataclasses.dataclass(frozen=True)
+class MoneyBudget:
+    """A tenant's money budget (TenantQuota spec.budget) and what it spent against it (docs/cost.md)."""
+
+    currency: str
+    daily: decimal.Decimal | None
+    monthly: decimal.Decimal | None
+    spent_today: decimal.Decimal
+    """What the tenant's attempts cost this UTC day in `currency` (stale attempts included)."""
+    spent_this_month: decimal.Decimal
+    """The same for this calendar month (UTC), today included."""
+    daily_spent: bool
+    monthly_spent: bool
+    day_resets_at: dt.datetime
+    month_resets_at: dt.datetime
+    """The first instant of next month (UTC), when a new month's budget starts."""
+
+    @property
+    def resets_at(self) -> dt.datetime | None:
+        """When claims may resume as far as this budget goes: the end of the month when the month's
+        amount is spent, else the end of the day when the day's is; None while neither is."""
+        if self.monthly_spent:
+            return self.month_resets_at
+        return self.day_resets_at if self.daily_spent else None
+
+
+@dataclasses.dataclass(frozen=True)
 class TenantBudget:
-    """A tenant's token budget for the current UTC day."""
+    """A tenant's budgets: tokens per UTC day, and money per day and month."""
 
     tenant: TenantName
     budget: int | None
@@ -31,6 +58,14 @@ class TenantBudget:
     """True once `used` reached `budget`: the tenant's jobs wait (they are not failed)."""
     resets_at: dt.datetime
     """Next UTC midnight, when a new day's budget starts."""
+    money: MoneyBudget | None = None
+    """TenantQuota `budget`; None: no money budget."""
+    claims_stopped: bool = False
+    """True while any budget is spent: the claim plan passes the tenant over (lading_tenant_budget_left)."""
+
+    @property
+    def money_spent(self) -> bool:
+        return self.money is not None and (self.money.daily_spent or self.money.monthly_spent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,19 +100,35 @@ async def tenant_budget(conn: asyncpg.Connection, *, tenant: TenantName) -> Tena
     row = await conn.fetchrow(queries.sql("tenant_budget_get"), tenant)
     if row is None:
         return None
+    money = None
+    if row["budget_currency"] is not None:
+        money = MoneyBudget(
+            currency=row["budget_currency"],
+            daily=row["budget_daily"],
+            monthly=row["budget_monthly"],
+            spent_today=row["spent_today"],
+            spent_this_month=row["spent_this_month"],
+            daily_spent=row["daily_spent"],
+            monthly_spent=row["monthly_spent"],
+            day_resets_at=row["resets_at"],
+            month_resets_at=row["month_resets_at"],
+        )
     return TenantBudget(
         tenant=TenantName(row["tenant"]),
         budget=row["budget"],
         used=int(row["used"]),
         exhausted=bool(row["exhausted"]),
         resets_at=row["resets_at"],
+        money=money,
+        claims_stopped=bool(row["claims_stopped"]),
     )
 
 
 async def tenant_budget_exhausted(conn: asyncpg.Connection, tenant: TenantName) -> bool:
-    """Whether `tenant` spent today's token budget (its batches then show BudgetExhausted)."""
+    """Whether `tenant` spent a budget (tokens today, money today or this month): its claims stop and
+    its batches show BudgetExhausted."""
     budget = await tenant_budget(conn, tenant=tenant)
-    return budget is not None and budget.exhausted
+    return budget is not None and budget.claims_stopped
 
 
 async def shares_of_pool(conn: asyncpg.Connection, *, pool: PoolName, limit: int = MAX_SHARES) -> list[TenantShare]:

@@ -38,6 +38,8 @@ class TenantRules:
     """'namespace/name' of each allowed InferencePool; None: any pool."""
     allowed_priorities: tuple[str, ...] | None
     """None: every priority class."""
+    budget_currency: str | None = None
+    """ISO 4217 code of the TenantQuota's spec.budget; None: no money budget."""
 
 
 async def upsert_tenant(
@@ -102,6 +104,7 @@ async def tenant_rules(conn: asyncpg.Connection, *, tenant: TenantName) -> Tenan
         max_queued_bytes=None if row["max_queued_bytes"] is None else int(row["max_queued_bytes"]),
         allowed_pools=None if pools is None else tuple(PoolName(str(p)) for p in pools),
         allowed_priorities=None if priorities is None else tuple(str(p) for p in priorities),
+        budget_currency=row["budget_currency"],
     )
 
 

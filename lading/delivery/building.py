@@ -41,6 +41,14 @@ def body(claimed: deliveries.ClaimedDelivery) -> bytes:
             policy=claimed.validation_policy,
             outcome=cast(payload.ValidationOutcome, outcome),
             timestamp=claimed.created_at,
+            usage=(
+                None if claimed.tokens_in is None and claimed.tokens_out is None
+                else payload.Usage(tokens_in=claimed.tokens_in or 0, tokens_out=claimed.tokens_out or 0)
+            ),
+            cost=(
+                None if claimed.cost is None or claimed.cost_currency is None
+                else payload.Cost(amount=format(claimed.cost, "f"), currency=claimed.cost_currency)
+            ),
         )
     except pydantic.ValidationError as exc:
         where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors(include_url=False))

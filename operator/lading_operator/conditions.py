@@ -49,7 +49,8 @@ COMPLETE: Final = "Complete"
 DELIVERED: Final = "Delivered"
 """ExtractionBatch with a DeliveryEndpoint: every good result delivered."""
 BUDGET_EXHAUSTED: Final = "BudgetExhausted"
-"""ExtractionBatch, TenantQuota: the tenant spent its dailyTokenBudget today; jobs wait for the UTC day."""
+"""ExtractionBatch, TenantQuota: the tenant spent a budget (dailyTokenBudget, or spec.budget's daily or monthly
+amount); its jobs wait, never fail, until the reset time the message names."""
 AUTH_FAILING: Final = "AuthFailing"
 """DeliveryEndpoint: the receiver refuses our signature (HTTP 401/403)."""
 CIRCUIT_OPEN: Final = "CircuitOpen"
@@ -68,6 +69,7 @@ INVALID_SPEC: Final = reasons.INVALID_SPEC
 INVALID_MANIFEST: Final = reasons.INVALID_MANIFEST
 MANIFEST_UNAVAILABLE: Final = reasons.MANIFEST_UNAVAILABLE
 IDEMPOTENCY_CONFLICT: Final = reasons.IDEMPOTENCY_CONFLICT
+CURRENCY_MISMATCH: Final = reasons.CURRENCY_MISMATCH
 
 # ExtractionBatch.
 ADMITTED_REASON: Final = "Admitted"
@@ -94,6 +96,10 @@ ENDPOINT_NOT_FOUND: Final = "EndpointNotFound"
 """Delivered=False: the named DeliveryEndpoint does not exist; the results wait for it."""
 DAILY_TOKEN_BUDGET_SPENT: Final = "DailyTokenBudgetSpent"
 """BudgetExhausted=True: the tenant's dailyTokenBudget is spent until the UTC day ends."""
+MONTHLY_BUDGET_SPENT: Final = "MonthlyBudgetSpent"
+"""BudgetExhausted=True: the tenant spent spec.budget.monthly this calendar month (UTC); jobs wait for the next."""
+DAILY_BUDGET_SPENT: Final = "DailyBudgetSpent"
+"""BudgetExhausted=True: the tenant spent spec.budget.daily this UTC day; jobs wait for the next."""
 WITHIN_BUDGET: Final = "WithinBudget"
 """BudgetExhausted=False."""
 

@@ -239,12 +239,6 @@ KINDS: tuple[KindSpec, ...] = (
                     "rule": "self.provider == 'builtin' || !has(self.builtin)",
                     "message": "builtin settings are only for provider builtin",
                 },
-                {
-                    "rule": "!has(oldSelf.pricing) || !has(self.pricing) "
-                    "|| self.pricing.currency == oldSelf.pricing.currency",
-                    "message": "pricing.currency is fixed once set: the pool's costs are summed in it; "
-                    "create another pool",
-                },
             ),
             ("spec", "workers"): (
                 {"rule": "self.maxReplicas >= self.minReplicas", "message": "maxReplicas must be at least minReplicas"},

@@ -116,7 +116,15 @@ class Reconciler:
                 )
             )
             return
-        config = await self.mirror.step(pool, generation=generation)
+        try:
+            config = await self.mirror.step(pool, generation=generation)
+        except applying.PricingCurrencyChanged as exc:  # the mirror keeps the old pricing
+            await self._write(
+                pool_status.ready_only(
+                    previous=previous, generation=generation, reason=conditions.INVALID_SPEC, message=str(exc)
+                )
+            )
+            return
         try:
             live = await owned.ensure_all(self.rt, self.body, pool, config=config)
         except owned.NotOwned as exc:

@@ -30,7 +30,7 @@ from lading import applying
 from lading.db import fairness, observed, registry
 from lading.ids import TenantName
 from lading.models import specs
-from lading_operator import conditions, events, kube, runtime, status
+from lading_operator import budgets, conditions, events, kube, runtime, status
 
 logger = logging.getLogger("lading.operator.quotas")
 
@@ -117,16 +117,15 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
                                      message=f"namespaces: {', '.join(quota.spec.namespaces)}"[:1024],
                                      generation=generation)  # fmt: skip
     conds = [ready]
-    if budget is not None and budget.budget is not None:
+    spent = None if budget is None else budgets.state(budget, tenant=str(tenant))
+    if spent is not None:
         conds.append(
             conditions.condition(
-                previous, type=conditions.BUDGET_EXHAUSTED, value=budget.exhausted,
-                reason=conditions.DAILY_TOKEN_BUDGET_SPENT if budget.exhausted else conditions.WITHIN_BUDGET,
-                message=f"{budget.used} of {budget.budget} tokens used today; resets at "
-                f"{status.rfc3339(budget.resets_at)}",
-                generation=generation,
+                previous, type=conditions.BUDGET_EXHAUSTED, value=spent.exhausted, reason=spent.reason,
+                message=spent.message, generation=generation,
             )
         )  # fmt: skip
+    money = None if budget is None else budget.money
     desired = conditions.dump(
         status.TenantQuotaStatus(
             observed_generation=generation,
@@ -134,6 +133,8 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
             queued_bytes=usage.queued_bytes,
             in_flight=usage.in_flight,
             tokens_today=budget.used if budget is not None else None,
+            spent_today=None if money is None else budgets.money(money.spent_today, money.currency),
+            spent_this_month=None if money is None else budgets.money(money.spent_this_month, money.currency),
             conditions=conds,
         )
     )

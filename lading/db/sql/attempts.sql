@@ -9,3 +9,13 @@ SELECT fence, attempt, worker_id, started_at, finished_at, outcome, error_class,
  WHERE job_id = $1
  ORDER BY fence
  LIMIT $2;
+
+-- name: attempt_costs_of_job
+-- What each attempt of job $1 cost (NULL: its pool is unpriced), in fence order, at most $2, and the
+-- job's sum (extraction_jobs.cost) on every row.
+SELECT a.fence, a.cost, a.cost_currency, j.cost AS job_cost, j.cost_currency AS job_currency
+  FROM extraction_jobs j
+  JOIN job_attempts a ON a.job_id = j.id
+ WHERE j.id = $1
+ ORDER BY a.fence
+ LIMIT $2;

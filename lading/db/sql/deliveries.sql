@@ -38,12 +38,16 @@ SELECT c.*, clock_timestamp() AS claimed_at,
        j.tenant, j.document_key, j.schema, b.id AS batch_id, b.namespace AS batch_namespace, b.name AS batch_name,
        r.result, coalesce(r.validation_policy, j.validation_policy) AS validation_policy,
        CASE rd.decision WHEN 'approved' THEN 'approved' WHEN 'corrected' THEN 'corrected' ELSE 'passed' END
-           AS validation_outcome
+           AS validation_outcome,
+       j.cost, j.cost_currency, u.tokens_in, u.tokens_out
   FROM claimed c
   JOIN extraction_jobs j ON j.id = c.job_id
   JOIN batches b ON b.id = j.batch_id
   LEFT JOIN results r ON r.job_id = c.job_id
   LEFT JOIN review_decisions rd ON rd.job_id = c.job_id
+  -- The job's usage over all its attempts (payload v1 `usage`; a settled job's attempts are final).
+  LEFT JOIN LATERAL (SELECT sum(a.tokens_in)::bigint AS tokens_in, sum(a.tokens_out)::bigint AS tokens_out
+                       FROM job_attempts a WHERE a.job_id = c.job_id) u ON true
  ORDER BY c.delivery_id;
 
 -- name: delivery_finish_many

@@ -41,10 +41,11 @@ SELECT count(*)::bigint FROM extraction_jobs
 SELECT max_queued_jobs FROM tenants WHERE name = $1;
 
 -- name: tenant_rules_get
--- Every rule of tenant $1 that admission enforces: queue bounds, allowed pools (null: any) and
--- allowed priority classes (null: all).
+-- Every rule of tenant $1 that admission enforces: queue bounds, allowed pools (null: any),
+-- allowed priority classes (null: all) and the currency of its money budget (null: none).
 SELECT name, max_queued_jobs, (spec ->> 'maxQueuedBytes')::bigint AS max_queued_bytes,
-       spec -> 'allowedPools' AS allowed_pools, spec -> 'allowedPriorities' AS allowed_priorities
+       spec -> 'allowedPools' AS allowed_pools, spec -> 'allowedPriorities' AS allowed_priorities,
+       budget_currency
   FROM tenants
  WHERE name = $1;
 
@@ -66,13 +67,24 @@ SELECT count(*)::bigint AS queued_jobs,
 SELECT (spec ->> 'maxQueuedBytes')::bigint FROM tenants WHERE name = $1;
 
 -- name: tenant_budget_get
--- A tenant's daily token budget today (UTC): the limit, what was used, whether it is spent,
--- and when the day (and so the budget) resets.
+-- A tenant's budgets now: the daily token budget (the limit, what was used today (UTC), whether it
+-- is spent) and the money budget of spec.budget (currency, daily and monthly amounts, what was spent
+-- today and this calendar month in that currency, which is spent), when the day and the month
+-- reset, and whether claims stop: lading_tenant_budget_left (migration 0018), the claim plan's own
+-- test, so status never says other than what the claims do.
 SELECT t.name AS tenant, t.daily_token_budget AS budget, coalesce(u.tokens, 0)::bigint AS used,
        (t.daily_token_budget IS NOT NULL AND coalesce(u.tokens, 0) >= t.daily_token_budget) AS exhausted,
-       (((clock_timestamp() AT TIME ZONE 'UTC')::date + 1)::timestamp AT TIME ZONE 'UTC') AS resets_at
+       (((clock_timestamp() AT TIME ZONE 'UTC')::date + 1)::timestamp AT TIME ZONE 'UTC') AS resets_at,
+       t.budget_currency, t.budget_daily, t.budget_monthly, s.today AS spent_today, s.month AS spent_this_month,
+       coalesce(t.budget_daily IS NOT NULL AND s.today >= t.budget_daily, false) AS daily_spent,
+       coalesce(t.budget_monthly IS NOT NULL AND s.month >= t.budget_monthly, false) AS monthly_spent,
+       ((date_trunc('month', clock_timestamp() AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC')
+           AS month_resets_at,
+       NOT lading_tenant_budget_left(t.name, clock_timestamp()) AS claims_stopped
   FROM tenants t
   LEFT JOIN tenant_usage u ON u.tenant = t.name AND u.day = (clock_timestamp() AT TIME ZONE 'UTC')::date
+  LEFT JOIN LATERAL lading_tenant_spend(t.name, t.budget_currency, clock_timestamp()) s
+    ON t.budget_currency IS NOT NULL
  WHERE t.name = $1;
 
 -- name: tenant_list_retention

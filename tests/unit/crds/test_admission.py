@@ -162,6 +162,18 @@ SCHEMA_REJECTS = [
     ("above maximum", _with(QUOTA, "weight", 1001), "spec.weight: 1001 is greater than the maximum of 1000"),
     ("wrong type", _with(QUOTA, "maxInFlight", "64"), "spec.maxInFlight: '64' is not of type 'integer'"),
     (
+        "price as a number",
+        _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": 0.15, "outputPerMillionTokens": "1"}),
+        "spec.pricing.inputPerMillionTokens: 0.15 is not of type 'string'",
+    ),
+    (
+        "price with an exponent",
+        _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": "1e-3", "outputPerMillionTokens": "1"}),
+        "spec.pricing.inputPerMillionTokens: '1e-3' does not match",
+    ),
+    ("negative budget", _with(QUOTA, "budget", {"currency": "EUR", "monthly": "-5"}), "spec.budget.monthly: '-5'"),
+    ("budget currency", _with(QUOTA, "budget", {"currency": "euro", "monthly": "5"}), "spec.budget.currency: 'euro'"),
+    (
         "extra field",
         _with(BATCH, "documents.0.uri", "file:///x"),
         "Additional properties are not allowed ('uri' was unexpected)",
@@ -241,6 +253,12 @@ CEL_CROSS_FIELD = [
         _with(VLLM_POOL, "vllm", {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]}),
         "a toleration with operator Exists takes no value",
     ),
+    ("budget without an amount", _with(QUOTA, "budget", {"currency": "EUR"}), "a budget needs monthly, daily or both"),
+    (
+        "daily budget above monthly",
+        _with(QUOTA, "budget", {"currency": "EUR", "monthly": "10.00", "daily": "10.50"}),
+        "daily must not exceed monthly",
+    ),
     ("no documents source", _with(BATCH, "-documents", None), "exactly one of documents (inline) or manifestUri"),
     (
         "both sources",
@@ -279,6 +297,11 @@ CEL_ACCEPTS = [
         _with(BATCH, "documents", [{"key": f"k{i}", "text": "a" * 65_536} for i in range(8)]),
     ),
     ("quota", QUOTA),
+    ("quota with a budget", _with(QUOTA, "budget", {"currency": "EUR", "monthly": "500.00", "daily": "500"})),
+    (
+        "priced pool",
+        _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": "0.15", "outputPerMillionTokens": "0.6"}),
+    ),
     ("endpoint", ENDPOINT),
 ]
 
@@ -399,6 +422,7 @@ VALIDATORS_RESTATED_IN_CEL = {
     "ExtractionBatchSpec._not_both_sources": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._some_source": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._unique_keys": "characters of text in all",
+    "MoneyBudget._some_limit": "a budget needs monthly, daily or both",
 }
 VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
     "TenantQuotaSpec._no_duplicates": "x-kubernetes-list-type: set",
