@@ -35,6 +35,15 @@ Definitions (each over the scenario's batches, at the end of the scenario, after
     recovery_over_bound     jobs held by a killed, stopped or cut-off worker that were not free again
                             (attempt expired by the reaper or finished, or another attempt begun)
                             within lease TTL + reaper interval + first backoff (+ SLACK_S)
+    outcome_violations      what the scenario's fault must lead to (`expect` in the history) and did
+                            not: a job of a deadline batch not FAILED_TERMINAL for its deadline; a job
+                            of a deleted batch neither CANCELLED nor ended before the cancellation, a
+                            cancelled job with a result or a delivery, a deleted batch's object left,
+                            its cancellation reported by more than one Event; a failpoint kill that
+                            did not happen
+
+Reported with them: `deadlines_passed` (jobs whose deadline passed before the scenario ended: the
+deadline fault was real), `cancelled`.
 """
 
 from __future__ import annotations
@@ -63,10 +72,10 @@ MUST_BE_ZERO = (
     "stale_overwrites_applied", "retry_after_violations", "attempts_after_deadline",
     "limiter_overshoot_requests", "limiter_overshoot_tokens", "limiter_overshoot_concurrency",
     "limiter_refusals", "model_log_missed", "events_unpublished", "events_never_delivered", "status_regressions",
-    "recovery_over_bound",
+    "recovery_over_bound", "outcome_violations",
 )  # fmt: skip
 REPORTED = (
-    "documents", "jobs", "succeeded", "review", "failed", "cancelled", "info", "delivered",
+    "documents", "jobs", "succeeded", "review", "failed", "cancelled", "deadlines_passed", "info", "delivered",
     "delivery_retries", "stale_rejections", "reclaims", "max_attempts_seen", "kills", "faults",
     "recovery_p50_s", "recovery_max_s", "recovery_bound_s", "reclaim_max_s", "duration_s", "throughput_jobs_s",
 )  # fmt: skip
@@ -178,6 +187,10 @@ def check(history: Mapping[str, Any]) -> dict[str, Any]:
     figures["recovery_bound_s"] = round(bound + SLACK_S, 2)
     figures["reclaim_max_s"] = round(max(reclaim_times), 2) if reclaim_times else None
 
+    # --- What the scenario's fault must lead to.
+    figures["outcome_violations"] = _outcome_violations(history, jobs, deliveries, result_fence)
+    figures["deadlines_passed"] = sum(1 for j in jobs if j["deadline"] < history["ended"])
+
     # --- Faults and time.
     figures["kills"] = len(history["kills"])
     figures["faults"] = len(history["faults"])
@@ -187,6 +200,37 @@ def check(history: Mapping[str, Any]) -> dict[str, Any]:
     span = (max(finished) - min(created)) if finished and created else 0.0
     figures["throughput_jobs_s"] = round(len(finished) / span, 1) if span > 0 else None
     return figures
+
+
+def _outcome_violations(
+        history: Mapping[str, Any],
+        jobs: list[Mapping[str, Any]],
+        deliveries: list[Mapping[str, Any]],
+        results: Mapping[int, int],
+) -> int:
+    expect = history.get("expect") or {}
+    count = 0
+    for job in jobs:
+        if job["batch"] in expect.get("deadline_batches", ()):
+            count += job["state"] != "FAILED_TERMINAL" or "DEADLINE" not in (job["error"] or "")
+    delivered = {d["job_id"] for d in deliveries}
+    for batch in expect.get("cancelled_batches", ()):
+        of_batch = [j for j in jobs if j["batch"] == batch]
+        cancelled = [j for j in of_batch if j["state"] == "CANCELLED"]
+        cancelled_at = min((j["finished"] for j in cancelled), default=None)
+        for job in of_batch:
+            if job["state"] == "CANCELLED":
+                count += (job["id"] in results) + (job["id"] in delivered)  # nothing extracted nor sent after
+            elif not (job["state"] in TERMINAL and job["finished"] is not None
+                      and (cancelled_at is None or job["finished"] <= cancelled_at + TOLERANCE_S)):  # fmt: skip
+                count += 1  # left running, or finished after its batch was cancelled
+        reports = [e for e in history.get("kube_events", []) if e["object"] == batch and e["reason"] == "Cancelled"]
+        count += max(0, len(reports) - 1)
+        count += sum(1 for f in history["faults"] if f["kind"] == "deletion-not-converged" and f["target"] == batch)
+    if "failpoint_kills" in expect:
+        done = sum(1 for k in history["kills"] if str(k.get("signal", "")).startswith("failpoint "))
+        count += abs(expect["failpoint_kills"] - done)
+    return int(count)
 
 
 def violations(figures: Mapping[str, Any]) -> dict[str, Any]:

@@ -438,14 +438,27 @@ class Cluster:
                                    f"see {self.logs / 'operator.log'}")  # fmt: skip
             await asyncio.sleep(0.2)
 
-    async def create_batch(self, name: str, documents: Sequence[tuple[str, str]], *, deadline_s: int = 3600) -> None:
+    async def create_batch(
+            self, name: str, documents: Sequence[tuple[str, str]], *, deadline_s: int = 3600, suspend: bool = False
+    ) -> None:
         await self.kube("POST", f"{GROUP}/namespaces/{NAMESPACE}/extractionbatches", {
             "apiVersion": "lading.dev/v1alpha1", "kind": "ExtractionBatch",
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"schema": "invoice.v1", "inferencePoolRef": {"name": POOL},
-                     "deliveryEndpointRef": {"name": ENDPOINT}, "deadlineSeconds": deadline_s,
+                     "deliveryEndpointRef": {"name": ENDPOINT}, "deadlineSeconds": deadline_s, "suspend": suspend,
                      "documents": [{"key": k, "text": t} for k, t in documents]},
         })  # fmt: skip
+
+    async def resume_batch(self, name: str) -> None:
+        """`spec.suspend: false` (the operator releases the batch's jobs to the workers)."""
+        await self.kube("PATCH", f"{GROUP}/namespaces/{NAMESPACE}/extractionbatches/{name}",
+                        {"spec": {"suspend": False}})  # fmt: skip
+
+    async def kube_events(self) -> list[dict[str, Any]]:
+        """The namespace's Kubernetes Events: {reason, type, object (the involved object's name), message}."""
+        listed = await self.kube("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
+        return [{"reason": e.get("reason"), "type": e.get("type"), "message": e.get("message"),
+                 "object": (e.get("involvedObject") or {}).get("name")} for e in listed.get("items", [])]  # fmt: skip
 
     async def delete_batch(self, name: str) -> None:
         await self.kube("DELETE", f"{GROUP}/namespaces/{NAMESPACE}/extractionbatches/{name}")

@@ -42,6 +42,13 @@ class History:
     submitted: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     """Batch name -> document keys asked for."""
     deleted_batches: list[str] = dataclasses.field(default_factory=list)
+    expect: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What the scenario's fault must lead to, checked by the checker's `outcome_violations`:
+    `deadline_batches` (every job FAILED_TERMINAL for its deadline), `cancelled_batches` (every job
+    CANCELLED or ended before the cancellation, no result or delivery for a cancelled one, the
+    object gone), `failpoint_kills` (how many processes a failpoint must have killed)."""
+    kube_events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The namespace's Kubernetes Events at the end (scenarios that check the operator's)."""
     faults: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """{kind, target, start, end, ...}: every fault injected, with its wall-clock window."""
     kills: list[dict[str, Any]] = dataclasses.field(default_factory=list)

@@ -17,12 +17,13 @@ SHORT_NAMES = {
     "retry_after_violations": "RA viol", "attempts_after_deadline": "after deadline",
     "limiter_overshoot_requests": "over req", "limiter_overshoot_tokens": "over tok",
     "limiter_overshoot_concurrency": "over conc", "limiter_refusals": "model 429s own",
+    "model_log_missed": "log missed",
     "events_unpublished": "ev unpub", "events_never_delivered": "ev undeliv",
-    "status_regressions": "regress", "recovery_over_bound": "recov > bound",
+    "status_regressions": "regress", "recovery_over_bound": "recov > bound", "outcome_violations": "outcome",
 }  # fmt: skip
-REPORTED_COLUMNS = ("documents", "succeeded", "info", "delivery_retries", "stale_rejections", "reclaims", "kills",
-                    "faults", "recovery_max_s", "recovery_bound_s", "reclaim_max_s", "throughput_jobs_s",
-                    "duration_s")  # fmt: skip
+REPORTED_COLUMNS = ("documents", "succeeded", "cancelled", "deadlines_passed", "info", "delivery_retries",
+                    "stale_rejections", "reclaims", "kills", "faults", "recovery_max_s", "recovery_bound_s",
+                    "reclaim_max_s", "throughput_jobs_s", "duration_s")  # fmt: skip
 
 
 def _cell(value: Any) -> str:

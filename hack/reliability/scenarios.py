@@ -23,6 +23,8 @@ from hack.reliability import cluster as cluster_
 from hack.reliability import history as history_
 from hack.reliability import nemesis
 
+FAILPOINTS_ENV = "LADING_FAILPOINTS"
+"""lading/failpoints.py's variable: a process started with it crashes at the named point."""
 INLINE_BYTES_MAX = 480 * 1024
 """Inline texts per ExtractionBatch, under the CRD's 512 KiB: larger runs are split into batches."""
 
@@ -34,24 +36,26 @@ class Context:
     rng: random.Random
     documents: list[tuple[str, str]]
 
-    async def submit(self, name: str, documents: list[tuple[str, str]], *, deadline_s: int = 3600) -> list[str]:
+    async def submit(
+            self, name: str, documents: list[tuple[str, str]], *, deadline_s: int = 3600, suspend: bool = False
+    ) -> list[str]:
         """Create one or more ExtractionBatches for `documents`; their names."""
         names: list[str] = []
         chunk: list[tuple[str, str]] = []
         size = 0
         for key, text in documents:
             if chunk and (size + len(text.encode()) > INLINE_BYTES_MAX or len(chunk) >= 1000):
-                names.append(await self._create(f"{name}-{len(names)}", chunk, deadline_s))
+                names.append(await self._create(f"{name}-{len(names)}", chunk, deadline_s, suspend))
                 chunk, size = [], 0
             chunk.append((key, text))
             size += len(text.encode())
         if chunk:
-            names.append(await self._create(f"{name}-{len(names)}", chunk, deadline_s))
+            names.append(await self._create(f"{name}-{len(names)}", chunk, deadline_s, suspend))
         return names
 
-    async def _create(self, name: str, documents: list[tuple[str, str]], deadline_s: int) -> str:
+    async def _create(self, name: str, documents: list[tuple[str, str]], deadline_s: int, suspend: bool) -> str:
         self.history.submitted[name] = [k for k, _ in documents]
-        await self.cluster.create_batch(name, documents, deadline_s=deadline_s)
+        await self.cluster.create_batch(name, documents, deadline_s=deadline_s, suspend=suspend)
         return name
 
 
@@ -73,8 +77,10 @@ class Scenario:
 # --- Scenario bodies.
 
 
-async def _until_started(ctx: Context, *, running: int = 1, timeout_s: float = 60.0) -> None:
-    """Wait until the scenario's jobs are being worked on (so faults land mid-work)."""
+async def _until_started(
+        ctx: Context, *, running: int = 1, timeout_s: float = 60.0, batches: list[str] | None = None
+) -> None:
+    """Wait until the scenario's jobs (of `batches`, default all) are being worked on (so faults land mid-work)."""
     deadline = time.monotonic() + timeout_s
     conn = await asyncpg.connect(ctx.cluster.database_url)
     try:
@@ -82,7 +88,7 @@ async def _until_started(ctx: Context, *, running: int = 1, timeout_s: float = 6
             count = await conn.fetchval(
                 "SELECT count(*) FROM job_attempts a JOIN extraction_jobs j ON j.id = a.job_id"
                 "  JOIN batches b ON b.id = j.batch_id WHERE b.name = ANY($1::text[])",
-                list(ctx.history.submitted),
+                batches if batches is not None else list(ctx.history.submitted),
             )
             if count >= running:
                 return
@@ -179,25 +185,104 @@ async def operator_admission(ctx: Context) -> None:
         await nemesis.kill(ctx.cluster, ctx.history, "operator", down_s=ctx.rng.uniform(0.2, 1.0))
 
 
+DELETION_FAILPOINT = "operator.batch_deleted.after_cancel"
+"""In the operator's deletion handler: the batch's jobs are cancelled and committed, the finalizer
+is still on the object (operator/lading_operator/batches.py)."""
+
+
 async def operator_deletion(ctx: Context) -> None:
-    """A batch deleted while its jobs run and the operator is SIGKILLed right after the delete."""
-    [kept, doomed] = [ctx.documents[: len(ctx.documents) // 2], ctx.documents[len(ctx.documents) // 2:]]
-    await ctx.submit(f"{ctx.history.scenario}-kept", kept)
-    [name] = await ctx.submit(f"{ctx.history.scenario}-deleted", doomed)
-    await _until_started(ctx, running=3)
-    await ctx.cluster.delete_batch(name)
-    ctx.history.deleted_batches.append(name)
-    await asyncio.sleep(ctx.rng.uniform(0.0, 0.2))
-    await nemesis.kill(ctx.cluster, ctx.history, "operator", down_s=1.0)
-    deadline = time.monotonic() + 60
-    while True:
-        if not ctx.cluster.batch_exists(name) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    if ctx.cluster.batch_exists(name):
-        ctx.history.notes.append(f"ExtractionBatch {name} still exists 60 s after its deletion")
-        ctx.history.faults.append({"kind": "deletion-not-converged", "target": name, "start": time.time(),
-                                   "end": None})  # fmt: skip
+    """A running batch deleted, and `lading operator` killed inside its deletion handler (a failpoint,
+    right after the cancellation committed and before the finalizer is removed); restarted without
+    the failpoint, it must finish the deletion: nothing cancelled twice, the object gone."""
+    c, h = ctx.cluster, ctx.history
+    operator = c.processes["operator"]
+    operator.env[FAILPOINTS_ENV] = f"{DELETION_FAILPOINT}=kill"
+    await operator.terminate()
+    await operator.start()
+    third = len(ctx.documents) // 3
+    [name] = await ctx.submit(f"{h.scenario}-deleted", ctx.documents[third:])
+    await ctx.submit(f"{h.scenario}-kept", ctx.documents[:third])
+    await _until_started(ctx, running=8, batches=[name])
+    # A slow model, so attempts are in flight when the deletion cancels them.
+    slow = asyncio.create_task(nemesis.leg(c, h, "model", "slow", for_s=6.0, delay_s=0.3))
+    await asyncio.sleep(ctx.rng.uniform(0.3, 1.0))
+    h.expect.update(cancelled_batches=[name], failpoint_kills=1)
+    pid = operator.pid
+    await c.delete_batch(name)
+    h.deleted_batches.append(name)
+    if await _until(lambda: not operator.running, timeout_s=30):
+        h.kills.append({"kind": "operator", "name": "operator", "pid": pid, "signal": f"failpoint {DELETION_FAILPOINT}",
+                        "at": time.time()})  # fmt: skip
+    else:
+        h.notes.append(f"the failpoint {DELETION_FAILPOINT} did not kill the operator within 30 s")
+    operator.env.pop(FAILPOINTS_ENV, None)
+    await operator.kill()
+    await operator.start()
+    if not await _until(lambda: not c.batch_exists(name), timeout_s=60):
+        h.notes.append(f"ExtractionBatch {name} still exists 60 s after the operator's restart")
+        h.faults.append({"kind": "deletion-not-converged", "target": name, "start": time.time(), "end": None})
+    await slow
+    await asyncio.sleep(1.0)  # kopf posts Events in the background
+    h.kube_events = await c.kube_events()
+
+
+async def _until(condition: Callable[[], bool], *, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
+DEADLINE_IN_S = 10.0
+"""How far the suite moves the deadlines of the deadline scenario's jobs: an ExtractionBatch takes
+no deadline under 60 s, so the suite shortens it in the database, after admission, before any
+attempt (the batch is admitted suspended, then resumed)."""
+
+
+async def deadline(ctx: Context) -> None:
+    """C7: jobs whose deadline passes while the model hangs (past the attempt timeout), then refuses
+    every request with 503 and Retry-After: 1 (each attempt given back, retried after the cooldown:
+    only the deadline bounds how often). No attempt may begin after a job's deadline; every job ends
+    FAILED_TERMINAL for its deadline (DEADLINE_EXHAUSTED: no attempt fits before it any more, or
+    DEADLINE_EXCEEDED: it passed while the job waited)."""
+    c, h = ctx.cluster, ctx.history
+    assert c.model is not None
+    [name] = await ctx.submit(h.scenario, ctx.documents, suspend=True)
+    await _until_admitted(ctx, name, count=len(ctx.documents))
+    entry = h.fault("model-hang-then-503", "model", hang=c.model_limits.concurrency, retry_after=1)
+    await c.model.fault("hang", count=c.model_limits.concurrency)
+    await c.model.fault("503", count=1_000_000, retry_after=1)
+    conn = await asyncpg.connect(c.database_url)
+    try:
+        await conn.execute(
+            "UPDATE extraction_jobs j SET deadline_at = clock_timestamp() + make_interval(secs => $2)"
+            "  FROM batches b WHERE b.id = j.batch_id AND b.name = $1",
+            name, DEADLINE_IN_S,
+        )  # fmt: skip
+    finally:
+        await conn.close()
+    h.expect["deadline_batches"] = [name]
+    await c.resume_batch(name)
+    await asyncio.sleep(DEADLINE_IN_S + 1.0)  # the hung attempts time out before it
+    entry["end"] = time.time()
+
+
+async def _until_admitted(ctx: Context, name: str, *, count: int, timeout_s: float = 60.0) -> None:
+    deadline_at = time.monotonic() + timeout_s
+    conn = await asyncpg.connect(ctx.cluster.database_url)
+    try:
+        while time.monotonic() < deadline_at:
+            admitted = await conn.fetchval(
+                "SELECT count(*) FROM extraction_jobs j JOIN batches b ON b.id = j.batch_id WHERE b.name = $1", name
+            )
+            if admitted >= count:
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    raise RuntimeError(f"batch {name}: {count} jobs not admitted within {timeout_s:.0f} s")
 
 
 async def mixed(ctx: Context) -> None:
@@ -252,8 +337,11 @@ SCENARIOS = {s.name: s for s in (
              clock_step),
     Scenario("operator-admission", "I2, A3", "lading operator SIGKILLed while admitting three batches", 90,
              operator_admission),
-    Scenario("operator-deletion", "I2", "a running batch deleted, lading operator SIGKILLed right after", 80,
+    Scenario("operator-deletion", "I2", "a running batch deleted; lading operator killed inside its deletion "
+             "handler (failpoint after the cancel commit, before the finalizer goes), restarted", 120,
              operator_deletion),
+    Scenario("deadline", "C7", "deadlines (10 s) pass while the model hangs, then answers 503 + Retry-After: 1 "
+             "to everything", 80, deadline),
     Scenario("mixed", "B, C, D, F, I", "every fault kind above drawn at random, one at a time, + a 429 storm",
              200, mixed),
     Scenario("soak", "C, B, D1", "20,000 jobs, random worker kills/stops and relay kills, a 429 storm (50)",
@@ -266,7 +354,7 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "short": ("mixed",),
     "full": ("baseline", "worker-kill", "worker-stop", "worker-db-cut", "relay-broker", "postgres-restart",
              "model-429", "model-faults", "erp-faults", "clock-step", "operator-admission", "operator-deletion",
-             "mixed"),
+             "deadline", "mixed"),
     "soak": ("soak-baseline", "soak"),
 }  # fmt: skip
 

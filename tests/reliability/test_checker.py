@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hack.reliability import checker
+from hack.reliability import checker, report
 
 T0 = 1_000_000.0
 
@@ -123,3 +123,45 @@ def test_an_attempt_given_back_after_a_429_is_not_a_regression_but_a_lower_fence
     assert checker.check(h)["status_regressions"] == 0
     h["observations"].insert(1, [T0 + 1.1, 1, "RUNNING", 1, 2])
     assert checker.check(h)["status_regressions"] >= 1
+
+
+def test_the_table_has_a_column_for_every_figure_that_must_be_zero() -> None:
+    rows = [{"scenario": "s", "seed": 1, "figures": checker.check(_history())}]
+    head = report.table(rows).splitlines()[0]
+    assert all(f" {report.SHORT_NAMES[name]} |" in head for name in checker.MUST_BE_ZERO)
+
+
+def test_a_deadline_job_must_end_failed_for_its_deadline() -> None:
+    h = _history()
+    h["expect"] = {"deadline_batches": ["b"]}
+    for job in h["final"]["jobs"]:
+        job.update(state="FAILED_TERMINAL", error="DEADLINE_EXHAUSTED")
+    h["final"]["deliveries"] = []
+    assert checker.check(h)["outcome_violations"] == 0
+    h["final"]["jobs"][1]["error"] = "RATE_LIMITED"  # failed, but not for its deadline
+    assert checker.check(h)["outcome_violations"] == 1
+
+
+def test_a_deleted_batch_must_be_cancelled_once_with_nothing_sent_for_a_cancelled_job() -> None:
+    h = _history()
+    h["expect"] = {"cancelled_batches": ["b"], "failpoint_kills": 1}
+    h["kills"] = [{"kind": "operator", "name": "operator", "pid": 7, "signal": "failpoint x", "at": T0 + 1.5}]
+    job_2 = h["final"]["jobs"][1]
+    job_2.update(state="CANCELLED", finished=T0 + 3)  # job 1 SUCCEEDED before the cancellation at T0 + 3
+    h["final"]["results"] = h["final"]["results"][:1]
+    h["final"]["deliveries"] = h["final"]["deliveries"][:1]
+    h["kube_events"] = [{"reason": "Cancelled", "object": "b", "type": "Normal", "message": "1 cancelled"}]
+    assert checker.check(h)["outcome_violations"] == 0
+
+    late = copy.deepcopy(h)
+    late["final"]["jobs"][0]["finished"] = T0 + 9  # succeeded after its batch was cancelled
+    sent = copy.deepcopy(h)
+    sent["final"]["deliveries"].append({**sent["final"]["deliveries"][0], "delivery_id": "d2", "job_id": 2})
+    twice = copy.deepcopy(h)
+    twice["kube_events"] *= 2  # the cancellation reported twice
+    left = copy.deepcopy(h)
+    left["faults"].append({"kind": "deletion-not-converged", "target": "b", "start": T0, "end": None})
+    missed = copy.deepcopy(h)
+    missed["kills"] = []  # the failpoint never fired
+    for broken in (late, sent, twice, left, missed):
+        assert checker.check(broken)["outcome_violations"] == 1
