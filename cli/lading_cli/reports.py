@@ -31,7 +31,7 @@ import rich.text
 
 from lading import ids
 from lading.db import pool as dbpool
-from lading.db import reporting
+from lading.db import queue, reporting
 from lading.jobs import states
 from lading_cli import common, progress
 
@@ -167,6 +167,13 @@ class _Status:
     outbox: reporting.Backlog
     stale: int
     tables: list[reporting.TableSize]
+    positions: dict[ids.BatchId, queue.QueuePosition] = dataclasses.field(default_factory=dict)
+    """Queue position and ETA of each batch in progress (`lading.db.queue.position`)."""
+
+
+async def _positions(conn: asyncpg.Connection, batches: Sequence[Any]) -> dict[ids.BatchId, queue.QueuePosition]:
+    """Where each batch in progress stands in its pool's queue: one read of the pool's queue per batch."""
+    return {b.id: await queue.position(conn, pool=b.pool, tenant=b.tenant, batch_id=b.id) for b in batches}
 
 
 def status(args: argparse.Namespace) -> int:
@@ -174,7 +181,7 @@ def status(args: argparse.Namespace) -> int:
         return _no_database("status")
 
     async def read(conn: asyncpg.Connection) -> _Status:
-        return _Status(
+        overview = _Status(
             pools=await reporting.pool_status(conn),
             batches=await reporting.batches_in_progress(conn),
             review=await reporting.review_queue(conn),
@@ -182,6 +189,7 @@ def status(args: argparse.Namespace) -> int:
             stale=await reporting.stale_completions(conn),
             tables=await reporting.table_sizes(conn),
         )
+        return dataclasses.replace(overview, positions=await _positions(conn, overview.batches))
 
     overview = asyncio.run(_read(args.database_url, read))
     if args.json:
@@ -328,6 +336,8 @@ def _status_json(overview: _Status) -> dict[str, Any]:
                 "counts": {state.value: n for state, n in b.counts.items()},
                 "suspended": b.suspended,
                 "started_at": common.rfc3339(b.created_at),
+                "queue_position": _position(overview, b.id),
+                "eta_s": _eta(overview, b.id),
             }
             for b in overview.batches
         ],
@@ -512,6 +522,16 @@ def _error(error_class: str | None, error: str | None) -> str | None:
     return ": ".join(part for part in (error_class, error) if part)
 
 
+def _position(overview: _Status, batch_id: ids.BatchId) -> int | None:
+    where = overview.positions.get(batch_id)
+    return None if where is None else where.position
+
+
+def _eta(overview: _Status, batch_id: ids.BatchId) -> int | None:
+    where = overview.positions.get(batch_id)
+    return None if where is None else where.eta_s
+
+
 def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -536,14 +556,17 @@ def _print_status(overview: _Status) -> None:
         title = "Batches in progress"
         if len(overview.batches) >= reporting.BATCHES_LIMIT:
             title += f" (the oldest {reporting.BATCHES_LIMIT})"
-        batches = _table(title, ("batch", "tenant", "settled", "jobs by state", "started"),
-                         right=("settled", "started"), whole=("settled", "started"))  # fmt: skip
+        batches = _table(title, ("batch", "tenant", "settled", "jobs by state", "position", "ETA", "started"),
+                         right=("settled", "position", "ETA", "started"),
+                         whole=("settled", "position", "ETA", "started"))  # fmt: skip
         for b in overview.batches:
             batches.add_row(
                 common.text(f"{b.namespace}/{b.name}" + (" (suspended)" if b.suspended else "")),
                 common.text(b.tenant),
                 common.text(f"{b.settled}/{b.total}"),
                 common.text(progress.describe_counts(dict(b.counts))),
+                common.text(_dash(_position(overview, b.id))),
+                common.text(common.age(_eta(overview, b.id))),
                 common.text(f"{common.age(b.age_s)} ago"),
             )
         console.print(batches)

@@ -152,6 +152,8 @@ async def test_status_reports_pools_batches_review_queue_and_outbox(db: asyncpg.
     assert {k: v for k, v in batch["counts"].items() if v} == {
         "READY": 3, "RUNNING": 1, "SUCCEEDED": 1, "REVIEW_REQUIRED": 1
     }  # fmt: skip
+    # Its next job is the next the pool's claim takes; no model call finished there yet: no ETA.
+    assert batch["queue_position"] == 0 and batch["eta_s"] is None
     assert status["review_queue"]["size"] == 1 and status["review_queue"]["oldest_at"].endswith("Z")
     assert status["outbox"]["unpublished"] == 3  # batch accepted, completed, review required
     assert status["stale_completions_last_hour"] == 0
@@ -159,6 +161,7 @@ async def test_status_reports_pools_batches_review_queue_and_outbox(db: asyncpg.
     table = await _run("status", "--database-url", database_url)
     assert table.returncode == 0, table.stderr
     assert factories.POOL in table.stdout and "acme/b1" in table.stdout and "review queue:" in table.stdout
+    assert "position" in table.stdout and "ETA" in table.stdout
 
 
 def test_the_commands_need_a_database_url() -> None:
