@@ -24,6 +24,8 @@ Repositories, by table (queries in sql/<file>)
     deliveries.py      deliveries, delivery attempts, endpoint health         deliveries.sql
     registry.py        tenants, pools, endpoints (what the operator mirrors)  tenants.sql, pools.sql
     fairness.py        tenant_queues and daily token budgets    tenant_queues.sql, tenants.sql
+    queue.py           a batch's place in its pool's queue: its priority changed on its jobs,
+                       its queue position and ETA (operator, `lading status`)  queue.sql
     limiter.py         limiter_permits and limiter_seconds      limiter.sql
     results.py         results as a reviewer corrects them      results.sql
     review_decisions.py  the review audit trail                 review_decisions.sql
