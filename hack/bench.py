@@ -23,6 +23,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
     cleaner      the retention cleaner over 1,000,000 published outbox events and 200,000 rows in
                  each other table it keeps small: every delete's plan (index scans), per-statement
                  max/p99 durations, an idle round's cost (hack/bench_cleaner.py)
+    reuse        a 10,000-document batch with 30 % duplicates (7,000 distinct documents): model calls
+                 vs distinct documents, jobs that took a result or waited for a duplicate; then
+                 10,000 fresh jobs vs 10,000 jobs that all take an earlier result (jobs/s of each)
     validation   each validation policy over the adversarial and clean corpora: a confusion
                  matrix per answer class (on stderr), the false-review rate on clean invoices,
                  and µs of validation per document; needs no database (hack/bench_validation.py)
@@ -935,6 +938,113 @@ async def bench_fairness(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
     return results, targets, passed
 
 
+# --------------------------------------------------------------------------------------------
+# reuse
+
+REUSE_JOBS = 10_000
+REUSE_DISTINCT = 7_000
+"""30 % of the batch repeats one of these documents (docs/reuse.md)."""
+REUSE_LATENCY_S = 0.2
+"""The mixed run's model latency: long enough that duplicates meet their original in flight."""
+REUSE_CONCURRENCY = 200
+REUSE_TARGET_SPEEDUP = 1.0
+"""A job that takes an earlier result must cost no more than one that calls an instant model."""
+
+
+@dataclasses.dataclass
+class CountingProvider:
+    """Counts the model calls that reach `inner`."""
+
+    inner: base.Provider
+    calls: int = 0
+
+    async def extract(self, document: base.Document, *, schema: str, policy: str) -> base.Outcome:
+        self.calls += 1
+        return await self.inner.extract(document, schema=schema, policy=policy)
+
+
+def _with_duplicates(distinct: Sequence[str], total: int) -> list[str]:
+    """`distinct` plus `total - len(distinct)` repeats of them, interleaved (deterministic): a repeat
+    often arrives while its original is still being extracted."""
+    repeats = [distinct[(i * 7_919) % len(distinct)] for i in range(total - len(distinct))]
+    texts = list(distinct)
+    for i, text in enumerate(repeats):
+        texts.insert((i * 3_331) % (len(texts) + 1), text)
+    return texts
+
+
+async def bench_reuse(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """
+    Mixed: one worker, a model of REUSE_LATENCY_S, a batch with 30 % duplicates; model calls must
+    equal the distinct documents. Then throughput: 10,000 fresh jobs on an instant model, and a
+    second batch of the same 10,000 documents, every job taking the first one's result.
+    """
+    conn = await dbpool.connect(url)
+    pool = await _worker_pool(url)
+    settings = worker_settings(
+        concurrency=REUSE_CONCURRENCY, claim_batch=100, commit_batch=200, prefetch=REUSE_CONCURRENCY
+    )
+    try:
+        distinct = evidenced(invoice_texts(REUSE_DISTINCT, seed=16))
+        await conn.execute(f"TRUNCATE {DATA_TABLES} RESTART IDENTITY CASCADE")
+        await accepting.accept_batch(conn, batch_request("mixed", _with_duplicates(distinct, REUSE_JOBS)))
+        slow = CountingProvider(SleepingProvider(EvidencedNoopProvider(), REUSE_LATENCY_S))
+        mixed = await run_worker(pool, conn, settings=settings, provider=slow, jobs=REUSE_JOBS)
+        reused = await conn.fetchval("SELECT count(*) FROM extraction_jobs WHERE reused_from IS NOT NULL")
+        deferred = await conn.fetchval("SELECT count(*) FROM job_attempts WHERE outcome = 'deferred'")
+        waited = await conn.fetchval(
+            "SELECT count(DISTINCT job_id) FROM job_attempts WHERE outcome = 'deferred'"
+        )
+
+        fresh_texts = evidenced(invoice_texts(REUSE_JOBS, seed=17))
+        await conn.execute(f"TRUNCATE {DATA_TABLES} RESTART IDENTITY CASCADE")
+        await accepting.accept_batch(conn, batch_request("fresh", fresh_texts))
+        await conn.execute("ANALYZE")
+        instant = CountingProvider(EvidencedNoopProvider())
+        fresh = await run_worker(pool, conn, settings=settings, provider=instant, jobs=REUSE_JOBS)
+        fresh_calls = instant.calls
+        await accepting.accept_batch(conn, batch_request("again", fresh_texts))
+        await conn.execute("ANALYZE")
+        taken = await run_worker(pool, conn, settings=settings, provider=instant, jobs=2 * REUSE_JOBS)
+        taken_calls = instant.calls - fresh_calls
+    finally:
+        await pool.close()
+        await conn.close()
+    fresh_rate = REUSE_JOBS / fresh.seconds
+    taken_rate = REUSE_JOBS / taken.seconds
+    results = {
+        "mixed_run": {
+            "jobs": REUSE_JOBS,
+            "distinct_documents": REUSE_DISTINCT,
+            "model_latency_s": REUSE_LATENCY_S,
+            "model_calls": slow.calls,
+            "reused_jobs": reused,
+            "jobs_that_waited_for_a_duplicate": waited,
+            "deferred_attempts": deferred,
+            **mixed.to_json(),
+        },
+        "fresh_run": {"provider": "EvidencedNoopProvider (instant)", "model_calls": fresh_calls, **fresh.to_json()},
+        "reused_run": {
+            "provider": "EvidencedNoopProvider (instant)",
+            "model_calls": taken_calls,
+            "jobs": REUSE_JOBS,
+            "seconds": round(taken.seconds, 3),
+            "jobs_per_s": _rate(REUSE_JOBS, taken.seconds),
+            "worker_process_cpu_s": round(taken.cpu_s, 2),
+        },
+        "reused_vs_fresh_jobs_per_s": round(taken_rate / fresh_rate, 2),
+        "concurrency": REUSE_CONCURRENCY,
+    }
+    targets = {"model_calls": REUSE_DISTINCT, "reused_vs_fresh_jobs_per_s_min": REUSE_TARGET_SPEEDUP}
+    passed = (
+        slow.calls == REUSE_DISTINCT
+        and reused == REUSE_JOBS - REUSE_DISTINCT
+        and taken_calls == 0
+        and taken_rate / fresh_rate >= REUSE_TARGET_SPEEDUP
+    )
+    return results, targets, passed
+
+
 Scenario = Callable[[str], Awaitable[tuple[dict[str, Any], dict[str, Any], bool]]]
 SCENARIOS: dict[str, Scenario] = {
     "limiter": bench_limiter.bench_limiter,
@@ -946,6 +1056,7 @@ SCENARIOS: dict[str, Scenario] = {
     "operator": bench_operator.bench_operator,
     "delivery": bench_delivery.bench_delivery,
     "cleaner": bench_cleaner.bench_cleaner,
+    "reuse": bench_reuse,
     "validation": bench_validation.bench_validation,
 }
 

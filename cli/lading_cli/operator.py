@@ -3,7 +3,14 @@
 
     lading operator [--kubeconfig FILE] [--database-url URL] [--namespace NS ...] [--http HOST:PORT]
                     [--pool-namespaces NS[,NS...]] [--worker-image IMAGE] [--db-secret NAME:KEY]
-                    [--standalone | --peering]
+                    [--amqp-secret NAME:KEY] [--worker-egress-allow CIDR ...] [--worker-* ...]
+                    [--keda-db-secret NAME:KEY] [--keda-prometheus-url URL]
+                    [--standalone | --peering [--peering-name NAME]]
+
+The `--worker-*` flags shape every worker Deployment the operator renders (resources, pull secrets,
+env, volumes and mounts, document roots, labels, annotations, node selector, tolerations, the
+cleaner's retentions); Kubernetes objects (resources, env, volumes, mounts, tolerations) are given
+as JSON, as the chart passes its values.
 
 InferencePools are served only in the platform namespaces of `--pool-namespaces` (or
 `$LADING_POOL_NAMESPACES`; default `lading-system`): their workers hold every DeliveryEndpoint's
@@ -19,9 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import kopf
 from lading_operator import app, rendering, settings
@@ -60,6 +70,28 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
     return number
+
+
+def _key_value(value: str) -> tuple[str, str]:
+    key, sep, item = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key, item
+
+
+def _json_of(kind: type, what: str) -> Callable[[str], Any]:
+    def parse(value: str) -> Any:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{what} must be JSON: {exc.msg} at {exc.pos} in {value!r}") from None
+        if not isinstance(parsed, kind):
+            raise argparse.ArgumentTypeError(f"{what} must be a JSON {kind.__name__}, got {value!r}")
+        if isinstance(parsed, list) and not all(isinstance(item, dict) for item in parsed):
+            raise argparse.ArgumentTypeError(f"{what} must be a JSON list of objects, got {value!r}")
+        return parsed
+
+    return parse
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -120,12 +152,126 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="document manifests of large batches read at once; others wait, Pending "
         f"(default {settings.MAX_CONCURRENT_MANIFESTS_DEFAULT})",
     )
+    parser.add_argument(
+        "--amqp-secret",
+        type=_secret_key,
+        metavar="NAME:KEY",
+        help="Secret key with the RabbitMQ URL, in each pool's namespace, for workers (LADING_AMQP_URL); "
+        "default: workers run without a broker",
+    )
+    _add_worker_arguments(parser, defaults)
+    keda = parser.add_argument_group("KEDA (pools with workers.scaling: keda)")
+    keda.add_argument(
+        "--keda-db-secret",
+        type=_secret_key,
+        metavar="NAME:KEY",
+        help="Secret key with the PostgreSQL connection string KEDA's postgresql triggers use, in each "
+        "pool's namespace (a read-only role is enough); default: --db-secret",
+    )
+    keda.add_argument(
+        "--keda-prometheus-url",
+        metavar="URL",
+        help="Prometheus that scrapes the vLLM pods: adds KEDA's vLLM queue trigger; default: none",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--standalone", dest="standalone", action="store_true", default=True, help="one replica (default)"
     )
-    mode.add_argument("--peering", dest="standalone", action="store_false", help="coordinate replicas via kopf peering")
+    mode.add_argument(
+        "--peering",
+        dest="standalone",
+        action="store_false",
+        help="several replicas, one active (the one with the highest priority, drawn at random at start): they "
+        "coordinate through a ClusterKopfPeering, which must exist (the chart creates it)",
+    )
+    parser.add_argument(
+        "--peering-name",
+        default=settings.PEERING_NAME_DEFAULT,
+        metavar="NAME",
+        help=f"name of the ClusterKopfPeering with --peering (default {settings.PEERING_NAME_DEFAULT})",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=_positive,
+        default=settings.OperatorSettings.peering_lifetime_s,
+        metavar="SECONDS",
+        help="with --peering: a standby takes over this long after the active replica stopped answering "
+        f"(default {settings.OperatorSettings.peering_lifetime_s})",
+    )
     parser.add_argument("--log-level", default=argparse.SUPPRESS, help="overrides the global --log-level")
+
+
+def _add_worker_arguments(parser: argparse.ArgumentParser, defaults: rendering.OperatorConfig) -> None:
+    group = parser.add_argument_group("worker Deployments (every pool's)")
+    group.add_argument(
+        "--worker-egress-allow",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a private range workers' deliveries and document fetches may reach (LADING_EGRESS_ALLOW), e.g. "
+        "an in-cluster ERP's Service range (repeatable)",
+    )
+    group.add_argument(
+        "--worker-resources",
+        type=_json_of(dict, "--worker-resources"),
+        default=defaults.worker_resources,
+        metavar="JSON",
+        help=f"worker container resources (default {json.dumps(defaults.worker_resources)})",
+    )
+    group.add_argument("--worker-image-pull-secret", action="append", default=[], metavar="NAME",
+                       help="Secret to pull the worker image with, in each pool's namespace (repeatable)")
+    group.add_argument("--worker-env", type=_json_of(list, "--worker-env"), default=[], metavar="JSON",
+                       help="more env variables of the worker container, a JSON list of EnvVar objects")
+    group.add_argument("--worker-volumes", type=_json_of(list, "--worker-volumes"), default=[], metavar="JSON",
+                       help="more volumes of the worker pod, a JSON list of Volume objects")
+    group.add_argument("--worker-volume-mounts", type=_json_of(list, "--worker-volume-mounts"), default=[],
+                       metavar="JSON", help="their mounts in the worker container, a JSON list of VolumeMount objects")
+    group.add_argument("--worker-document-root", action="append", default=[], metavar="DIR",
+                       help="workers read file:// documents of namespace NS beneath DIR/NS/ (`lading worker "
+                       "--document-root`; usually a mount of --worker-volumes; repeatable)")
+    group.add_argument("--worker-label", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                       help="label on every rendered object and worker pod (repeatable)")
+    group.add_argument("--worker-annotation", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                       help="annotation on the worker Deployment and its pods (repeatable)")
+    group.add_argument("--worker-node-selector", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                       help="node label worker pods must run on (repeatable)")
+    group.add_argument("--worker-tolerations", type=_json_of(list, "--worker-tolerations"), default=[],
+                       metavar="JSON", help="tolerations of the worker pods, a JSON list of Toleration objects")
+    retention = parser.add_argument_group(
+        "workers' cleaner: passed on as `lading worker FLAG N` (default: the worker's own; docs/operations.md)"
+    )
+    for flag in rendering.WORKER_CLEANER_FLAGS:
+        retention.add_argument(f"--worker-{flag.removeprefix('--')}", type=float, metavar="N", default=None,
+                               help=f"`lading worker {flag}` of every worker")
+
+
+def _cleaner_from(args: argparse.Namespace) -> dict[str, float]:
+    given = {flag: getattr(args, f"worker_{flag.removeprefix('--')}".replace("-", "_"))
+             for flag in rendering.WORKER_CLEANER_FLAGS}  # fmt: skip
+    return {flag: value for flag, value in given.items() if value is not None}
+
+
+def render_config(args: argparse.Namespace) -> rendering.OperatorConfig:
+    """What the operator renders into pools' objects, from the flags; a ValueError names what is wrong."""
+    return rendering.OperatorConfig(
+        worker_image=args.worker_image,
+        database_secret=args.db_secret,
+        amqp_url_secret=args.amqp_secret,
+        egress_allow=tuple(args.worker_egress_allow),
+        worker_resources=args.worker_resources,
+        image_pull_secrets=tuple(args.worker_image_pull_secret),
+        extra_env=tuple(args.worker_env),
+        volumes=tuple(args.worker_volumes),
+        volume_mounts=tuple(args.worker_volume_mounts),
+        document_roots=tuple(args.worker_document_root),
+        labels=dict(args.worker_label),
+        annotations=dict(args.worker_annotation),
+        node_selector=dict(args.worker_node_selector),
+        tolerations=tuple(args.worker_tolerations),
+        keda_database_secret=args.keda_db_secret,
+        keda_prometheus_url=args.keda_prometheus_url,
+        worker_cleaner=_cleaner_from(args),
+    )
 
 
 def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
@@ -137,7 +283,9 @@ def settings_from(args: argparse.Namespace) -> settings.OperatorSettings:
         http=args.http,
         standalone=args.standalone,
         max_concurrent_manifests=args.max_concurrent_manifests,
-        render=rendering.OperatorConfig(worker_image=args.worker_image, database_secret=args.db_secret),
+        peering_name=args.peering_name,
+        peering_lifetime_s=args.peering_lifetime,
+        render=render_config(args),
         vllm_metrics_override=args.vllm_metrics_override,
         egress_allow=tuple(str(n) for n in egress.parse_cidrs([os.environ.get(egress.ENV_VAR, "")])),
     )
@@ -147,7 +295,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.database_url:
         raise SystemExit("lading operator: --database-url or $DATABASE_URL is required")
     try:
-        asyncio.run(_operate_until_signalled(settings_from(args)))
+        config = settings_from(args)
+    except ValueError as exc:
+        raise SystemExit(f"lading operator: {exc}") from None
+    try:
+        asyncio.run(_operate_until_signalled(config))
     except kopf.LoginError as exc:
         raise SystemExit(f"lading operator: {exc}") from None
     return 0

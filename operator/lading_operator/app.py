@@ -13,7 +13,11 @@ kopf settings, and why:
   per-handler chatter is posted only from WARNING up, so a healthy steady state costs no API calls;
 - watches end server-side after `watch_server_timeout_s` and are re-listed; Deployments and Services
   are watched with the label selector `app.kubernetes.io/managed-by=lading` (handlers/pools.py);
-- standalone unless peering is asked for (one replica; kopf peering for HA);
+- standalone unless peering is asked for (one replica). With peering (HA: several replicas, one
+  active), the replicas share one ClusterKopfPeering (`peering_name`), whatever namespaces they
+  serve; each draws a random priority at start, and kopf pauses every replica that sees a live one
+  of higher priority (equal priorities would pause both). A killed active replica is taken over
+  once its record is `peering_lifetime_s` old; a stopped one hands over at once;
 - with a fixed `--namespace` list, no namespace or CRD scanning: those namespaces are served as
   given, and the CRDs must exist when the operator starts.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -46,6 +51,8 @@ from lading_operator.handlers import batches, endpoints, pools, quotas
 logger = logging.getLogger("lading.operator")
 
 ANNOTATIONS_PREFIX = "lading.dev"
+PEERING_PRIORITY_MAX = 2**31 - 1
+"""Replicas draw their peering priority from 1..this: two equal draws are as good as impossible."""
 FINALIZER = "lading.dev/finalizer"
 
 
@@ -83,6 +90,10 @@ def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
         result.scanning.disabled = True
     result.peering.standalone = config.standalone
     result.peering.mandatory = not config.standalone
+    result.peering.name = config.peering_name
+    result.peering.clusterwide = True
+    result.peering.lifetime = config.peering_lifetime_s
+    result.peering.priority = random.randint(1, PEERING_PRIORITY_MAX)
     result.networking.request_timeout = kube.REQUEST_TIMEOUT_S
     return result
 

@@ -39,6 +39,10 @@ The worker pod runs `lading worker --pool NAMESPACE/NAME --concurrency N --http 
     LADING_EGRESS_ALLOW        OperatorConfig.egress_allow, comma-separated (optional)
     LADING_ENDPOINT_SECRETS_DIR /etc/lading/endpoint-secrets, a projected Secret volume holding one
                                file `<namespace>.<name>` per DeliveryEndpoint (OperatorConfig.endpoint_secrets)
+    ... and OperatorConfig.extra_env after them
+plus the cleaner's flags that are set (WORKER_CLEANER_FLAGS), one
+`--document-root` per OperatorConfig.document_roots, the extra volumes and mounts, image pull secrets,
+node selector, tolerations, labels and annotations of OperatorConfig (`lading operator --worker-*`),
 and probes on /healthz (liveness) and /readyz (readiness) of that port; /metrics is scraped there.
 A worker run by hand is the same command with the same variables.
 """
@@ -84,6 +88,24 @@ NAME_MAX = 63
 ENDPOINT_SECRETS_MAX = 256
 """Signing secrets projected into one worker pod (one per DeliveryEndpoint the pool delivers to)."""
 FIELD_MANAGER = "lading-operator"
+WORKER_RESERVED_VOLUMES = frozenset({"tmp", "endpoint-secrets"})
+"""Volume names the worker pod renders itself; an extra volume may not take them."""
+
+WORKER_CLEANER_FLAGS: tuple[str, ...] = (
+    "--cleaner-interval",
+    "--cleaner-batch",
+    "--cleaner-max-batches",
+    "--retain-published-events-hours",
+    "--retain-inbox-hours",
+    "--retain-quarantine-hours",
+    "--retain-delivered-hours",
+    "--retain-stale-completions-hours",
+    "--retain-limiter-hours",
+)
+"""The `lading worker` flags of its cleaner (retentions in hours, the pace of its rounds) that the
+operator passes on (`OperatorConfig.worker_cleaner`). Only flags given are rendered: the worker keeps
+its own defaults, and a worker Deployment changes only when a retention is changed. The worker
+checks the values (e.g. the inbox's dedup floor) and refuses to start on a bad one."""
 
 API_VERSION = specs.API_VERSION
 KIND = specs.InferencePool.KIND
@@ -160,6 +182,27 @@ class OperatorConfig:
     is enough). None: database_secret."""
     keda_prometheus_url: str | None = None
     """Prometheus that scrapes the vLLM pods, for KEDA's headroom trigger. None: no headroom trigger."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (in each pool's namespace) the worker pods pull their image with."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Extra annotations on the worker Deployment and its pods (e.g. a service mesh's opt-out)."""
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Node labels worker pods must run on (workers need no GPU: keep them off GPU nodes)."""
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """Tolerations of the worker pods (Kubernetes `Toleration` objects)."""
+    extra_env: tuple[Mapping[str, Any], ...] = ()
+    """More environment variables of the worker container (Kubernetes `EnvVar` objects), after the
+    rendered ones; a name the operator renders itself is refused."""
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    """More volumes of the worker pod (Kubernetes `Volume` objects), e.g. a document share."""
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    """Mounts of those volumes in the worker container (Kubernetes `VolumeMount` objects)."""
+    document_roots: tuple[str, ...] = ()
+    """Directories (in the worker container, usually mounts of `volumes`) under which batches of
+    namespace NS read `file://` documents from DIR/NS/ (`lading worker --document-root`)."""
+    worker_cleaner: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """The workers' cleaner flags that are set, by `lading worker` flag (WORKER_CLEANER_FLAGS), e.g.
+    {'--retain-delivered-hours': 2160}. Empty: the worker's defaults (docs/operations.md)."""
 
     def __post_init__(self) -> None:
         """Refuse a configuration that would render objects the API server rejects, naming the setting."""
@@ -171,9 +214,22 @@ class OperatorConfig:
             raise ValueError(f"worker_http_port {self.worker_http_port} is not a TCP port")
         if not 0 <= self.worker_grace_s <= 3600:
             raise ValueError(f"worker_grace_s {self.worker_grace_s} must be between 0 and 3600")
-        for key, value in self.labels.items():
+        for key, value in (*self.labels.items(), *self.node_selector.items()):
             if not re.fullmatch(specs.LABEL_KEY_PATTERN, key) or not re.fullmatch(specs.LABEL_VALUE_PATTERN, value):
                 raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
+        for key in self.annotations:
+            if not re.fullmatch(specs.LABEL_KEY_PATTERN, key):
+                raise ValueError(f"annotation key {key!r} is not a valid Kubernetes annotation key")
+        for name in self.image_pull_secrets:
+            if not re.fullmatch(specs.DNS_SUBDOMAIN_PATTERN, name):
+                raise ValueError(f"image pull secret {name!r} is not a Secret name")
+        if self.egress_allow:
+            egress.parse_cidrs(self.egress_allow)  # a ValueError names the bad range before a pod crash-loops on it
+        self._check_pod_parts()
+        for flag, number in self.worker_cleaner.items():
+            if flag not in WORKER_CLEANER_FLAGS or not number > 0:
+                raise ValueError(f"worker cleaner {flag} {number!r}: a positive number for one of the flags "
+                                 f"{', '.join(WORKER_CLEANER_FLAGS)}")
         for item in self.endpoint_secrets:
             if not re.fullmatch(specs.POOL_KEY_PATTERN, item.endpoint):
                 raise ValueError(f"endpoint secret for {item.endpoint!r}: the endpoint must be 'namespace/name'")
@@ -187,6 +243,29 @@ class OperatorConfig:
                 specs.SECRET_KEY_PATTERN, ref.key
             ):
                 raise ValueError(f"Secret reference {ref.name}/{ref.key} is not a Secret name and key")
+
+
+    def _check_pod_parts(self) -> None:
+        rendered_env = {"DATABASE_URL", "LADING_LOG_FORMAT", "LADING_PROVIDER_API_KEY", "LADING_PROVIDER_URL",
+                        "LADING_AMQP_URL", egress.ENV_VAR, delivery_secrets.ENV_VAR}  # fmt: skip
+        for kind, items in (("env variable", self.extra_env), ("volume", self.volumes),
+                            ("volume mount", self.volume_mounts), ("toleration", self.tolerations)):  # fmt: skip
+            for item in items:
+                if not isinstance(item, Mapping) or (kind != "toleration" and not item.get("name")):
+                    raise ValueError(f"worker {kind} {item!r} is not an object with a name")
+        for variable in self.extra_env:
+            if variable["name"] in rendered_env:
+                raise ValueError(f"worker env variable {variable['name']} is set by the operator; not overridable")
+        volume_names = [volume["name"] for volume in self.volumes]
+        for name in volume_names:
+            if name in WORKER_RESERVED_VOLUMES or volume_names.count(name) > 1:
+                raise ValueError(f"worker volume name {name!r} is taken (the operator's own, or given twice)")
+        for mount in self.volume_mounts:
+            if mount["name"] not in volume_names or not str(mount.get("mountPath", "")).startswith("/"):
+                raise ValueError(f"worker volume mount {mount!r} needs a mountPath and one of volumes {volume_names}")
+        for root in self.document_roots:
+            if not root.startswith("/"):
+                raise ValueError(f"document root {root!r} must be an absolute path in the worker container")
 
 
 # --- Names and labels.
@@ -424,13 +503,19 @@ def vllm_service(pool: specs.InferencePool, *, uid: str, config: OperatorConfig 
 
 
 def worker_args(pool: specs.InferencePool, config: OperatorConfig) -> list[str]:
-    return [
+    args = [
         *config.worker_command[1:],
         "--pool", pool_key(pool),
         "--concurrency", str(pool.spec.workers.concurrency),
         "--http", f"0.0.0.0:{config.worker_http_port}",
         "--grace", str(config.worker_grace_s),
     ]
+    for root in config.document_roots:
+        args += ["--document-root", root]
+    for flag in WORKER_CLEANER_FLAGS:  # a fixed order: the same settings always render the same args
+        if flag in config.worker_cleaner:
+            args += [flag, f"{config.worker_cleaner[flag]:g}"]
+    return args
 
 
 def _endpoint_secrets(config: OperatorConfig) -> list[EndpointSecret]:
@@ -465,7 +550,6 @@ def worker_deployment(
     if config.amqp_url_secret is not None:
         env.append(_secret_env("LADING_AMQP_URL", config.amqp_url_secret))
     if config.egress_allow:
-        egress.parse_cidrs(config.egress_allow)  # a ValueError names the bad range before a pod crash-loops on it
         env.append({"name": egress.ENV_VAR, "value": ",".join(config.egress_allow)})
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -483,6 +567,9 @@ def worker_deployment(
             },
         })
         mounts.append({"name": "endpoint-secrets", "mountPath": ENDPOINT_SECRETS_MOUNT, "readOnly": True})
+    env += [dict(variable) for variable in config.extra_env]
+    volumes += [dict(volume) for volume in config.volumes]
+    mounts += [dict(mount) for mount in config.volume_mounts]
     port = config.worker_http_port
     container = {
         "name": "worker",
@@ -504,18 +591,27 @@ def worker_deployment(
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    pod_spec: dict[str, Any] = {}
+    if config.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in config.image_pull_secrets]
+    if config.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(config.node_selector.items()))
+    if config.tolerations:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in config.tolerations]
     spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(pool, component)},
         "template": {
             "metadata": {
                 "labels": labels(pool, component, config),
                 "annotations": {
+                    **dict(config.annotations),
                     "prometheus.io/scrape": "true",
                     "prometheus.io/port": str(port),
                     "prometheus.io/path": "/metrics",
                 },
             },
             "spec": {
+                **pod_spec,
                 "containers": [container],
                 "volumes": volumes,
                 "automountServiceAccountToken": False,
@@ -532,10 +628,13 @@ def worker_deployment(
     }
     if replicas is not None:
         spec = {"replicas": replicas, **spec}
+    metadata = _metadata(pool, component, uid=uid, config=config)
+    if config.annotations:
+        metadata["annotations"] = dict(sorted(config.annotations.items()))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(pool, component, uid=uid, config=config),
+        "metadata": metadata,
         "spec": spec,
     }
 

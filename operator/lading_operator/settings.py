@@ -10,6 +10,8 @@ import dataclasses
 from lading_operator import rendering
 
 POOL_NAMESPACE_DEFAULT = "lading-system"
+PEERING_NAME_DEFAULT = "lading"
+"""The ClusterKopfPeering the replicas share (`lading operator --peering-name`)."""
 
 
 MAX_CONCURRENT_MANIFESTS_DEFAULT = 4
@@ -34,6 +36,11 @@ class OperatorSettings:
     """Where /metrics, /healthz and /readyz listen; None: not served."""
     standalone: bool = True
     """One operator replica, no kopf peering. False: replicas coordinate through peering objects."""
+    peering_name: str = PEERING_NAME_DEFAULT
+    """The ClusterKopfPeering replicas coordinate through (with `standalone` False); it must exist."""
+    peering_lifetime_s: int = 60
+    """How long a replica's peering record stays valid without a refresh: a standby takes over this
+    long after the active replica was killed (kopf's default; a clean stop hands over at once)."""
     render: rendering.OperatorConfig = dataclasses.field(default_factory=rendering.OperatorConfig)
     """What the operator renders into pool objects (worker image, database Secret, ...)."""
     vllm_metrics_override: bool = False

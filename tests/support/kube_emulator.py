@@ -21,8 +21,10 @@ stores objects as plain JSON and patches them by merging. A real API server also
 
 This subclass adds exactly that, and serves discovery for Lading's CRDs (built from the CRD
 YAML when `operator/lading_operator/crds/` has it, else from `lading.models.specs`), kopf's
-backbone resources (namespaces, events, customresourcedefinitions) and the built-in kinds the
-operator writes (Deployments, Services, Secrets, KEDA ScaledObjects). It still has no
+backbone resources (namespaces, events, customresourcedefinitions), kopf's ClusterKopfPeering
+(operator replicas with `--peering` keep their records in its status, no status subresource), and
+the built-in kinds the operator writes (Deployments, Services, Secrets, KEDA ScaledObjects and
+TriggerAuthentications). It still has no
 controllers: nothing creates Pods, no Deployment becomes ready and owner references are not
 garbage-collected; tests set such status themselves. It counts every request (`requests`) so
 the benchmark can report API traffic.
@@ -75,6 +77,9 @@ BACKBONE: dict[str, kmock.ResourceInfo] = {
     ),
     "keda.sh/v1alpha1/triggerauthentications": kmock.ResourceInfo(
         kind="TriggerAuthentication", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
+    ),
+    "kopf.dev/v1/clusterkopfpeerings": kmock.ResourceInfo(
+        kind="ClusterKopfPeering", namespaced=False, verbs={"get", "list", "watch", "create", "patch"}
     ),
     "keda.sh/v1alpha1/scaledobjects": kmock.ResourceInfo(
         kind="ScaledObject",

@@ -83,6 +83,9 @@ def test_every_rendered_object_validates_against_kubernetes_schemas(values: path
         if document["kind"] in MONITORING_KINDS:
             _check_monitoring_shape(document)
             continue
+        if document["kind"] == "ClusterKopfPeering":  # kopf's kind: its CRD declares no fields but status
+            assert document["apiVersion"] == "kopf.dev/v1" and set(document) == {"apiVersion", "kind", "metadata"}
+            continue
         try:
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -118,8 +121,11 @@ def _check_monitoring_shape(document: dict[str, Any]) -> None:
 @pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
 def test_chart_crds_are_the_generated_ones(values: pathlib.Path | None) -> None:
     ours = {crd["metadata"]["name"]: crd for crd in crd_schema.load_crds().values()}
-    chart = {crd["metadata"]["name"]: crd for crd in objects(values, "CustomResourceDefinition")}
+    crds = list(objects(values, "CustomResourceDefinition"))
+    chart = {crd["metadata"]["name"]: crd for crd in crds if crd["spec"]["group"] == "lading.dev"}
     assert chart == ours, "charts/lading/crds/ differs from crds/: run `make crds`"
+    others = {crd["metadata"]["name"] for crd in crds} - set(chart)
+    assert others == {"clusterkopfpeerings.kopf.dev"}, "besides Lading's own, only kopf's peering kind"
 
 
 @pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
@@ -177,11 +183,12 @@ def _deployment(values: pathlib.Path | None, component: str) -> dict[str, Any]:
 @pytest.mark.parametrize("values", VALUES, ids=VALUE_IDS)
 def test_operator_deployment(values: pathlib.Path | None) -> None:
     deployment = _deployment(values, "operator")
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     args = container["args"]
-    assert args[2:6] == ["operator", "--http", "0.0.0.0:8080", "--standalone"]
+    assert args[2:9] == ["operator", "--http", "0.0.0.0:8080", "--peering", "--peering-name", "lading",
+                         "--peering-lifetime"]  # fmt: skip
     assert args[args.index("--db-secret") + 1] == "lading-database:url"
     assert args[args.index("--worker-image") + 1] == container["image"], "workers run the operator's image"
     env = {variable["name"]: variable for variable in container["env"]}
@@ -344,3 +351,33 @@ def test_manifest_downloads_are_bounded_by_a_value() -> None:
     assert cli.build_parser().parse_args(args).max_concurrent_manifests == 9
     refused = run_helm("template", "lading", str(CHART), "--set", "operator.maxConcurrentManifests=0")
     assert refused.returncode != 0 and "maxConcurrentManifests" in refused.stderr
+
+
+def test_two_operator_replicas_peer_through_the_charts_cluster_peering_and_a_disruption_budget() -> None:
+    deployment = _deployment(None, "operator")
+    (peering,) = objects(None, "ClusterKopfPeering")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--peering-name") + 1] == peering["metadata"]["name"] == "lading"
+    env = {variable["name"]: variable for variable in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", "kopf names each replica by pod"
+    (budget,) = objects(None, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert ("kopf.dev", "clusterkopfpeerings", "patch") in _rules(None, "ClusterRole")
+
+    single = run_helm("template", "lading", str(CHART), "--set", "operator.replicas=1")
+    assert single.returncode == 0, single.stderr
+    documents = [document for document in yaml.safe_load_all(single.stdout) if document]
+    kinds = {document["kind"] for document in documents}
+    assert not kinds & {"ClusterKopfPeering", "PodDisruptionBudget"}
+    (operator,) = [d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")]
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--standalone" in operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    rules = [rule for d in documents if d["kind"] == "ClusterRole" for rule in d["rules"]]
+    assert not any("kopf.dev" in rule["apiGroups"] for rule in rules), "peering rights only with peering"
+
+
+def test_an_image_given_by_digest_renders_as_repository_at_digest() -> None:
+    digest = "sha256:" + "ab" * 32
+    args = _operator_args("--set", f"image.tag={digest}")
+    assert args[args.index("--worker-image") + 1] == f"ghcr.io/lading-dev/lading@{digest}"
