@@ -270,6 +270,18 @@ KINDS: tuple[KindSpec, ...] = (
             AGE,
         ),
         rules={
+            ("spec", "retention"): (
+                {
+                    "rule": "!has(self.resultsDays) || has(self.documentsDays)",
+                    "message": "resultsDays requires documentsDays: the document text is deleted before the result",
+                },
+                {
+                    "rule": "!has(self.resultsDays) || !has(self.documentsDays) "
+                    "|| self.resultsDays >= self.documentsDays",
+                    "message": "resultsDays must be at least documentsDays: the document text is deleted before "
+                    "the result",
+                },
+            ),
             ("spec", "budget"): (
                 {"rule": "has(self.monthly) || has(self.daily)", "message": "a budget needs monthly, daily or both"},
                 {

@@ -253,6 +253,16 @@ CEL_CROSS_FIELD = [
         _with(VLLM_POOL, "vllm", {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]}),
         "a toleration with operator Exists takes no value",
     ),
+    (
+        "results kept without a document retention",
+        _with(QUOTA, "retention", {"resultsDays": 30}),
+        "resultsDays requires documentsDays",
+    ),
+    (
+        "results deleted before the documents",
+        _with(QUOTA, "retention", {"documentsDays": 30, "resultsDays": 7}),
+        "resultsDays must be at least documentsDays",
+    ),
     ("budget without an amount", _with(QUOTA, "budget", {"currency": "EUR"}), "a budget needs monthly, daily or both"),
     (
         "daily budget above monthly",
@@ -298,6 +308,8 @@ CEL_ACCEPTS = [
     ),
     ("quota", QUOTA),
     ("quota with a budget", _with(QUOTA, "budget", {"currency": "EUR", "monthly": "500.00", "daily": "500"})),
+    ("quota with a retention", _with(QUOTA, "retention", {"documentsDays": 30, "resultsDays": 30})),
+    ("quota keeping only results", _with(QUOTA, "retention", {"documentsDays": 7})),
     (
         "priced pool",
         _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": "0.15", "outputPerMillionTokens": "0.6"}),
@@ -423,13 +435,13 @@ VALIDATORS_RESTATED_IN_CEL = {
     "ExtractionBatchSpec._some_source": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._unique_keys": "characters of text in all",
     "MoneyBudget._some_limit": "a budget needs monthly, daily or both",
+    "RetentionSpec._text_before_result": "the document text is deleted before the result",
 }
 VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
     "TenantQuotaSpec._no_duplicates": "x-kubernetes-list-type: set",
     "ExtractionBatchSpec._unique_keys": "x-kubernetes-list-type: map keyed by key (total size: CEL above)",
     "InlineDocument._key_segments": "code only: '.'/'..' segments (the pattern bounds the alphabet)",
     "InlineDocument._text_size": "code only: UTF-8 bytes (maxLength bounds characters)",
-    "RetentionSpec._text_before_result": "code only for now: the operator refuses the TenantQuota when it applies it",
 }
 
 
