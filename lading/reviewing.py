@@ -46,7 +46,7 @@ import asyncpg
 import pydantic
 
 from lading import errors, ids, storable, validation
-from lading.db import jobs, registry, reporting, results, review_decisions
+from lading.db import jobs, registry, results, review_decisions
 from lading.jobs import states
 from lading.models import invoice, specs
 
@@ -196,8 +196,8 @@ class QueuePage:
 class ReviewCase:
     """Everything a reviewer decides on, except the document text."""
 
-    job: reporting.JobDetail
-    result: reporting.JobResult | None
+    job: jobs.JobDetail
+    result: results.JobResult | None
     """The stored result and its verdict (the corrected one after a correction); None if there is none."""
     decisions: tuple[ReviewDecision, ...]
     """The decisions so far, oldest first: none while the job waits, at most one after (0003 checks it)."""
@@ -308,7 +308,7 @@ async def correct(
 
 async def _default_currency(conn: asyncpg.Connection, *, job_id: ids.JobId) -> str | None:
     """The default currency of the job's pool, as the worker that judged the job used it."""
-    detail = await reporting.get_job(conn, job_id=job_id)
+    detail = await jobs.get_job(conn, job_id=job_id)
     pool = None if detail is None else await registry.get_pool(conn, name=detail.pool)
     return None if pool is None else specs.stored_default_currency(pool.spec)
 
@@ -417,13 +417,13 @@ async def show(conn: asyncpg.Connection, *, job_id: ids.JobId) -> ReviewCase:
 
 
 async def _case(conn: asyncpg.Connection, *, job_id: ids.JobId) -> ReviewCase:
-    job = await reporting.get_job(conn, job_id=job_id)
+    job = await jobs.get_job(conn, job_id=job_id)
     if job is None:
         raise JobNotFound(job_id=job_id)
     rows = await review_decisions.list_of_job(conn, job_id=job_id)
     return ReviewCase(
         job=job,
-        result=await reporting.result_of(conn, job_id=job_id),
+        result=await results.result_of(conn, job_id=job_id),
         decisions=tuple(_decision(r) for r in rows),
     )
 

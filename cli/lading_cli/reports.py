@@ -1,7 +1,8 @@
 """
 `lading jobs list`, `lading jobs show ID` and `lading status`: read-only views for people.
 
-The figures come from `lading.db.reporting` (one bounded query each), read in one read-only
+The figures come from the repositories of their tables (`lading.db.jobs`, `batches`, `registry`,
+`outbox`, `results`, `catalog`; one bounded `*_report` query each), read in one read-only
 snapshot so that they agree with each other; this module parses arguments and prints them: rich
 tables at a terminal, or `--json` for scripts (times in RFC 3339, UTC; ages in seconds, by the
 database clock). Nothing here writes to the database.
@@ -30,8 +31,9 @@ import rich.table
 import rich.text
 
 from lading import ids
+from lading.db import backlogs, catalog, job_documents, jobs, outbox, queue, registry, results
+from lading.db import batches as db_batches
 from lading.db import pool as dbpool
-from lading.db import queue, reporting
 from lading.jobs import states
 from lading_cli import common, progress
 
@@ -82,7 +84,7 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> None:
         help="jobs in this state (repeat for several): " + ", ".join(s.value for s in states.JobState),
     )  # fmt: skip
     parser.add_argument("--pool", help="jobs of this InferencePool (NAMESPACE/NAME)")
-    common.add_paging(parser, default=reporting.LIST_LIMIT_DEFAULT, maximum=reporting.LIST_LIMIT_MAX)
+    common.add_paging(parser, default=jobs.LIST_LIMIT_DEFAULT, maximum=jobs.LIST_LIMIT_MAX)
     common.add_common(parser)
 
 
@@ -104,15 +106,15 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 def list_jobs(args: argparse.Namespace) -> int:
     if not args.database_url:
         return _no_database("jobs list")
-    where = reporting.JobFilter(
+    where = jobs.JobFilter(
         tenant=None if args.tenant is None else ids.TenantName(args.tenant),
         states=frozenset(args.state),
         pool=None if args.pool is None else ids.PoolName(args.pool),
         batch=args.batch,
     )
 
-    async def read(conn: asyncpg.Connection) -> reporting.JobPage:
-        return await reporting.list_jobs(conn, where=where, after=args.after, limit=args.limit)
+    async def read(conn: asyncpg.Connection) -> jobs.JobPage:
+        return await jobs.list_jobs(conn, where=where, after=args.after, limit=args.limit)
 
     page = asyncio.run(_read(args.database_url, read))
     if args.json:
@@ -124,10 +126,10 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Shown:
-    job: reporting.JobDetail
-    attempts: list[reporting.Attempt]
-    result: reporting.JobResult | None
-    events: list[reporting.OutboxEvent]
+    job: jobs.JobDetail
+    attempts: list[jobs.Attempt]
+    result: results.JobResult | None
+    events: list[outbox.EventSummary]
     document: str | None
 
 
@@ -137,15 +139,15 @@ def show_job(args: argparse.Namespace) -> int:
     job_id: ids.JobId = args.job_id
 
     async def read(conn: asyncpg.Connection) -> _Shown | None:
-        job = await reporting.get_job(conn, job_id=job_id)
+        job = await jobs.get_job(conn, job_id=job_id)
         if job is None:
             return None
         return _Shown(
             job=job,
-            attempts=await reporting.attempts_of(conn, job_id=job_id),
-            result=await reporting.result_of(conn, job_id=job_id),
-            events=await reporting.events_of(conn, job_id=job_id),
-            document=await reporting.document_of(conn, job_id=job_id) if args.show_document else None,
+            attempts=await jobs.list_attempts(conn, job_id=job_id),
+            result=await results.result_of(conn, job_id=job_id),
+            events=await outbox.events_of(conn, job_id=job_id),
+            document=await job_documents.document_of(conn, job_id=job_id) if args.show_document else None,
         )
 
     shown = asyncio.run(_read(args.database_url, read))
@@ -161,12 +163,12 @@ def show_job(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Status:
-    pools: list[reporting.PoolStatus]
-    batches: list[reporting.BatchStatus]
-    review: reporting.Backlog
-    outbox: reporting.Backlog
+    pools: list[registry.PoolStatus]
+    batches: list[db_batches.BatchStatus]
+    review: backlogs.Backlog
+    outbox: backlogs.Backlog
     stale: int
-    tables: list[reporting.TableSize]
+    tables: list[catalog.TableSize]
     positions: dict[ids.BatchId, queue.QueuePosition] = dataclasses.field(default_factory=dict)
     """Queue position and ETA of each batch in progress (`lading.db.queue.position`)."""
 
@@ -182,12 +184,12 @@ def status(args: argparse.Namespace) -> int:
 
     async def read(conn: asyncpg.Connection) -> _Status:
         overview = _Status(
-            pools=await reporting.pool_status(conn),
-            batches=await reporting.batches_in_progress(conn),
-            review=await reporting.review_queue(conn),
-            outbox=await reporting.outbox_backlog(conn),
-            stale=await reporting.stale_completions(conn),
-            tables=await reporting.table_sizes(conn),
+            pools=await registry.pool_status(conn),
+            batches=await db_batches.batches_in_progress(conn),
+            review=await jobs.review_queue(conn),
+            outbox=await outbox.outbox_backlog(conn),
+            stale=await jobs.stale_completions(conn),
+            tables=await catalog.table_sizes(conn),
         )
         return dataclasses.replace(overview, positions=await _positions(conn, overview.batches))
 
@@ -225,7 +227,7 @@ def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _summary_json(job: reporting.JobSummary) -> dict[str, Any]:
+def _summary_json(job: jobs.JobSummary) -> dict[str, Any]:
     return {
         "id": job.id,
         "tenant": job.tenant,
@@ -348,7 +350,7 @@ def _status_json(overview: _Status) -> dict[str, Any]:
     }
 
 
-def _backlog_json(backlog: reporting.Backlog, *, size: str) -> dict[str, Any]:
+def _backlog_json(backlog: backlogs.Backlog, *, size: str) -> dict[str, Any]:
     return {
         size: backlog.size,
         "oldest_at": common.rfc3339(backlog.oldest_at),
@@ -392,7 +394,7 @@ def _table(
     return table
 
 
-def _print_page(page: reporting.JobPage) -> None:
+def _print_page(page: jobs.JobPage) -> None:
     console = common.console()
     if not page.jobs:
         console.print("no jobs match")
@@ -554,8 +556,8 @@ def _print_status(overview: _Status) -> None:
     console.print()
     if overview.batches:
         title = "Batches in progress"
-        if len(overview.batches) >= reporting.BATCHES_LIMIT:
-            title += f" (the oldest {reporting.BATCHES_LIMIT})"
+        if len(overview.batches) >= db_batches.BATCHES_LIMIT:
+            title += f" (the oldest {db_batches.BATCHES_LIMIT})"
         batches = _table(title, ("batch", "tenant", "settled", "jobs by state", "position", "ETA", "started"),
                          right=("settled", "position", "ETA", "started"),
                          whole=("settled", "position", "ETA", "started"))  # fmt: skip
@@ -582,5 +584,5 @@ def _print_status(overview: _Status) -> None:
     )))
 
 
-def _oldest(backlog: reporting.Backlog) -> str:
+def _oldest(backlog: backlogs.Backlog) -> str:
     return "" if backlog.oldest_age_s is None else f", oldest {common.age(backlog.oldest_age_s)}"

@@ -15,23 +15,27 @@ Infrastructure
 
 Repositories, by table (queries in sql/<file>)
     jobs.py            extraction_jobs: allocation, COPY, the claim, finish, heartbeat, release,
-                       reap, expiry, cancel, review moves       jobs.sql, attempts.sql,
+                       reap, expiry, cancel, review moves; its attempts and stale completions;
+                       `lading jobs` and the operator's failures      jobs.sql, attempts.sql,
                                                                 stale_completions.sql
     job_documents.py   job_documents and the manifest_lines staging table
                                                                 job_documents.sql, manifest_lines.sql
-    batches.py         batches: insert, lookup by key, suspension, progress   batches.sql
+    batches.py         batches: insert, lookup by key, suspension, progress, what the operator
+                       observes, batches in progress               batches.sql
     outbox.py          outbox_events and the ingress inbox      outbox.sql
     deliveries.py      deliveries, delivery attempts, endpoint health         deliveries.sql
-    registry.py        tenants, pools, endpoints (what the operator mirrors)  tenants.sql, pools.sql
+    registry.py        tenants, pools, endpoints (what the operator mirrors); a tenant's quota
+                       use, a pool's load for the scaler and its status line  tenants.sql, pools.sql
     fairness.py        tenant_queues and daily token budgets    tenant_queues.sql, tenants.sql
     queue.py           a batch's place in its pool's queue: its priority changed on its jobs,
                        its queue position and ETA (operator, `lading status`)  queue.sql
     limiter.py         limiter_permits and limiter_seconds      limiter.sql
-    results.py         results as a reviewer corrects them      results.sql
+    results.py         results as a reviewer corrects them, and as people read them  results.sql
     review_decisions.py  the review audit trail                 review_decisions.sql
+    retention.py       the cleaner's deletes, one per table, next to the index each walks
+                                                                (in each table's file)
+    catalog.py         the catalog: whether a table exists, every table's size  catalog.sql
 
-Read models (shaped for one reader, over the tables' own query files)
-    reporting.py       `lading jobs` and `lading status` (the `*_report` queries)
-    observed.py        what the operator writes into custom resource status (and catalog.sql)
-    scaling.py         what the scaler needs to know about a pool
+Reports for people (`lading jobs`, `lading status`) are the `*_report` queries, each read by the
+repository of its table; `backlogs.py` holds what they share (a queue's size and oldest age).
 """

@@ -2,13 +2,15 @@
 Repository of `batches` (`sql/batches.sql`): the batch row acceptance inserts (decided by the
 unique (tenant, idempotency key) index, never by "SELECT then INSERT"), the row an idempotent
 re-acceptance compares against, suspension, and progress counts and timing for status and
-`lading run`.
+`lading run`; what the operator writes into an ExtractionBatch's status; the batches in progress
+that `lading status` lists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable, Mapping
 
 import asyncpg
 
@@ -161,3 +163,97 @@ async def lock_open_rolling(conn: asyncpg.Connection, *, group: str, document_ke
 async def close_rolling(conn: asyncpg.Connection, *, batch_id: BatchId) -> None:
     """The rolling batch takes no more documents; the next of its group opens a new one."""
     await conn.execute(queries.sql("batch_close_rolling"), batch_id)
+
+
+# What the operator writes into custom resource status: reads only, one short query each.
+@dataclasses.dataclass(frozen=True)
+class ObservedBatch:
+    batch_id: BatchId
+    total: int
+    admitted_at: dt.datetime
+    suspended: bool
+    endpoint: str | None
+    counts: dict[JobState, int]
+    oldest_eligible_s: float | None
+    last_finished_at: dt.datetime | None
+
+
+async def get_observed(
+    conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName, idempotency_key: str
+) -> ObservedBatch | None:
+    row = await conn.fetchrow(queries.sql("batch_get_observed"), tenant, idempotency_key)
+    if row is None:
+        return None
+    counts = {state: 0 for state in JobState}
+    for state, n in (row["counts"] or {}).items():
+        counts[JobState(state)] = int(n)
+    return ObservedBatch(
+        batch_id=BatchId(row["id"]),
+        total=row["total_jobs"],
+        admitted_at=row["created_at"],
+        suspended=row["suspended"],
+        endpoint=row["endpoint"],
+        counts=counts,
+        oldest_eligible_s=row["oldest_eligible_s"],
+        last_finished_at=row["last_finished_at"],
+    )
+
+
+async def tenant_by_key(conn: asyncpg.Connection | asyncpg.Pool, *, idempotency_key: str) -> TenantName | None:
+    value = await conn.fetchval(queries.sql("batch_tenant_by_key"), idempotency_key)
+    return None if value is None else TenantName(value)
+
+
+BATCHES_LIMIT = 50
+"""Batches in progress on the status screen, oldest first."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchStatus:
+    """A batch with at least one job not yet settled."""
+
+    id: BatchId
+    tenant: TenantName
+    namespace: str
+    name: str
+    pool: PoolName
+    total: int
+    suspended: bool
+    counts: Mapping[JobState, int]
+    """Jobs per state; every state is present (0 when none)."""
+    created_at: dt.datetime
+    """When the batch was accepted."""
+    age_s: float
+    """Seconds since it was accepted."""
+
+    @property
+    def settled(self) -> int:
+        """Jobs no machine will move again (terminal, or waiting for a reviewer)."""
+        return sum(n for state, n in self.counts.items() if state in SETTLED)
+
+
+async def batches_in_progress(conn: asyncpg.Connection, *, limit: int = BATCHES_LIMIT) -> list[BatchStatus]:
+    """Batches with a job still waiting or running, oldest first, with per-state counts."""
+    rows = await conn.fetch(queries.sql("batch_list_report"), limit)
+    return [
+        BatchStatus(
+            id=BatchId(r["id"]),
+            tenant=TenantName(r["tenant"]),
+            namespace=r["namespace"],
+            name=r["name"],
+            pool=PoolName(r["pool"]),
+            total=r["total_jobs"],
+            suspended=r["suspended"],
+            counts=_counts(zip(r["states"], r["counts"], strict=True)),
+            created_at=r["created_at"],
+            age_s=max(r["age_s"], 0.0),
+        )
+        for r in rows
+    ]
+
+
+def _counts(pairs: Iterable[tuple[str, int]]) -> dict[JobState, int]:
+    counts = {state: 0 for state in JobState}
+    for state, n in pairs:
+        counts[JobState(state)] = n
+    return counts

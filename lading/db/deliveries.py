@@ -423,3 +423,27 @@ async def count_waiting_for_endpoint_by_tenant(conn: asyncpg.Connection) -> dict
     until it appears)."""
     rows = await conn.fetch(queries.sql("delivery_count_waiting_for_endpoint_by_tenant"))
     return {r["tenant"]: int(r["n"]) for r in rows}
+
+
+# What the operator writes into custom resource status: reads only, one short query each.
+@dataclasses.dataclass(frozen=True)
+class EndpointStatus:
+    """What the operator writes into a DeliveryEndpoint's status."""
+
+    breaker_state: str
+    auth_failing: bool
+    last_auth_status: int | None
+    delivered: int
+    pending: int
+    unknown: int
+    failed: int
+
+
+async def endpoint_health(conn: asyncpg.Connection | asyncpg.Pool, *, endpoint: str) -> EndpointStatus | None:
+    row = await conn.fetchrow(queries.sql("endpoint_get_health"), endpoint)
+    if row is None:
+        return None
+    return EndpointStatus(
+        row["breaker_state"], row["auth_failing"], row["last_auth_status"],
+        row["delivered"], row["pending"], row["unknown"], row["failed"],
+    )  # fmt: skip

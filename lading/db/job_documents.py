@@ -97,3 +97,8 @@ async def insert_staged_jobs(
         max_attempts, deadline_at,
     )  # fmt: skip
     return int(status.rsplit(" ", 1)[1])
+
+async def document_of(conn: asyncpg.Connection, *, job_id: JobId) -> str | None:
+    """The job's document text. Only for an explicit request: the text may be confidential."""
+    text: str | None = await conn.fetchval(queries.sql("document_get_report"), job_id)
+    return text

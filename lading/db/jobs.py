@@ -2,7 +2,9 @@
 Repository of `extraction_jobs`: one function per named query in `sql/jobs.sql`.
 
 Functions take a connection, never open transactions of their own (the caller decides
-the unit of work), and return typed values. Lease and fence guards live in the SQL.
+the unit of work), and return typed values. Lease and fence guards live in the SQL. The job's
+attempts (`sql/attempts.sql`) and stale completions (`sql/stale_completions.sql`) are read here
+too, and so are the reports on jobs (`lading jobs`, `lading status`, the operator's failures).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 
 import asyncpg
 
-from lading.db import job_documents, queries
-from lading.ids import BatchId, Fence, JobId, PoolName, WorkerId
+from lading.db import backlogs, job_documents, queries
+from lading.ids import BatchId, Fence, JobId, PoolName, TenantName, WorkerId
 from lading.jobs import transitions
 from lading.jobs.states import JobState
 
@@ -378,3 +380,237 @@ async def review_queue_summary(conn: asyncpg.Connection) -> ReviewQueueSummary:
     row = await conn.fetchrow(queries.sql("job_review_queue_summary"))
     assert row is not None  # an aggregate without GROUP BY: always one row
     return ReviewQueueSummary(size=int(row["size"]), oldest_age_s=float(row["oldest_age_s"]))
+
+
+# Reads for people (`lading jobs`, `lading status`, review and redelivery screens): the `*_report`
+# queries, ages by the database clock (`now()`, the caller's transaction), never the document text
+# unless asked for by name.
+LIST_LIMIT_DEFAULT = 50
+"""Jobs per page of `lading jobs list` when not told: one screen."""
+
+
+LIST_LIMIT_MAX = 1000
+"""The largest page: bounds the query and the memory of one call; page with `after` for more."""
+
+
+ATTEMPTS_LIMIT = 1000
+"""Attempts shown for one job. A job has at most max_attempts counted attempts, plus one row per claim
+released at shutdown or lost to the reaper; a thousand is far beyond any real job."""
+
+
+STALE_WINDOW_S = 3600.0
+"""The status screen counts stale completions of the last hour: recent enough to mean "now"."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFilter:
+    """What `list_jobs` keeps; a field left at its default does not filter."""
+
+    tenant: TenantName | None = None
+    states: frozenset[JobState] = frozenset()
+    """Any of these states; empty means every state."""
+    pool: PoolName | None = None
+    batch: tuple[str, str] | None = None
+    """(namespace, name) of the ExtractionBatch; every batch of that name (a re-created one too)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSummary:
+    """One line of `lading jobs list`."""
+
+    id: JobId
+    tenant: TenantName
+    batch_namespace: str
+    batch_name: str
+    document_key: str
+    state: JobState
+    attempt: int
+    max_attempts: int
+    last_error_class: str | None
+    updated_at: dt.datetime
+    updated_age_s: float
+    """Seconds since the last change, by the database clock."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPage:
+    jobs: tuple[JobSummary, ...]
+    next_after: JobId | None
+    """The `after` of the next page; None when this page is the last."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobDetail:
+    """One job as `lading jobs show` prints it (without its document text)."""
+
+    id: JobId
+    tenant: TenantName
+    batch_id: BatchId
+    batch_namespace: str
+    batch_name: str
+    pool: PoolName
+    schema: str
+    validation_policy: str
+    document_key: str
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int
+    fence: Fence
+    lease_until: dt.datetime | None
+    worker_id: WorkerId | None
+    available_at: dt.datetime
+    deadline_at: dt.datetime
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+    last_error_class: str | None
+    last_error: str | None
+    as_of: dt.datetime
+    """The database clock when this was read."""
+    document_deleted_at: dt.datetime | None = None
+    """When retention (TenantQuota spec.retention.documentsDays) deleted the document; None: kept."""
+    result_deleted_at: dt.datetime | None = None
+    """When retention (spec.retention.resultsDays) deleted the extracted result; None: kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One row of `job_attempts`: a claim under one fence, open until it has an outcome."""
+
+    fence: Fence
+    attempt: int
+    worker_id: WorkerId
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    outcome: str | None
+    error_class: str | None
+    error: str | None
+    tokens_in: int | None
+    tokens_out: int | None
+    latency_ms: int | None
+
+
+async def list_jobs(
+        conn: asyncpg.Connection,
+        *,
+        where: JobFilter | None = None,
+        after: JobId | None = None,
+        limit: int = LIST_LIMIT_DEFAULT,
+) -> JobPage:
+    """One keyset page of jobs in id order, starting after job `after`.
+
+    Pages never overlap and never skip a job that existed when the first page was read, however
+    the jobs change state in between: the order is by id, which never changes. (A state filter
+    judges each job by its state when its own page is read.)
+    """
+    if not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValueError(f"limit must be between 1 and {LIST_LIMIT_MAX}, not {limit}")
+    where = where or JobFilter()
+    filters = (where.tenant, sorted(s.value for s in where.states) or None, where.pool)
+    if where.batch is None:
+        rows = await conn.fetch(queries.sql("job_list_report"), after or 0, limit + 1, *filters)
+    else:
+        namespace, name = where.batch
+        rows = await conn.fetch(
+            queries.sql("job_list_report_in_batch"), after or 0, limit + 1, *filters, namespace, name
+        )
+    page = tuple(
+        JobSummary(
+            id=JobId(r["id"]),
+            tenant=TenantName(r["tenant"]),
+            batch_namespace=r["batch_namespace"],
+            batch_name=r["batch_name"],
+            document_key=r["document_key"],
+            state=JobState(r["state"]),
+            attempt=r["attempt"],
+            max_attempts=r["max_attempts"],
+            last_error_class=r["last_error_class"],
+            updated_at=r["updated_at"],
+            updated_age_s=max(r["updated_age_s"], 0.0),
+        )
+        for r in rows[:limit]
+    )
+    return JobPage(jobs=page, next_after=page[-1].id if len(rows) > limit else None)
+
+
+async def get_job(conn: asyncpg.Connection, *, job_id: JobId) -> JobDetail | None:
+    r = await conn.fetchrow(queries.sql("job_get_report"), job_id)
+    if r is None:
+        return None
+    return JobDetail(
+        id=JobId(r["id"]),
+        tenant=TenantName(r["tenant"]),
+        batch_id=BatchId(r["batch_id"]),
+        batch_namespace=r["batch_namespace"],
+        batch_name=r["batch_name"],
+        pool=PoolName(r["pool"]),
+        schema=r["schema"],
+        validation_policy=r["validation_policy"],
+        document_key=r["document_key"],
+        state=JobState(r["state"]),
+        priority=r["priority"],
+        attempt=r["attempt"],
+        max_attempts=r["max_attempts"],
+        fence=Fence(r["fence"]),
+        lease_until=r["lease_until"],
+        worker_id=None if r["worker_id"] is None else WorkerId(r["worker_id"]),
+        available_at=r["available_at"],
+        deadline_at=r["deadline_at"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        finished_at=r["finished_at"],
+        last_error_class=r["last_error_class"],
+        last_error=r["last_error"],
+        as_of=r["as_of"],
+        document_deleted_at=r["document_deleted_at"],
+        result_deleted_at=r["result_deleted_at"],
+    )
+
+
+async def list_attempts(conn: asyncpg.Connection, *, job_id: JobId, limit: int = ATTEMPTS_LIMIT) -> list[Attempt]:
+    """The job's attempts in fence order, the open one (if any) last."""
+    rows = await conn.fetch(queries.sql("attempt_list_report"), job_id, limit)
+    return [
+        Attempt(
+            fence=Fence(r["fence"]),
+            attempt=r["attempt"],
+            worker_id=WorkerId(r["worker_id"]),
+            started_at=r["started_at"],
+            finished_at=r["finished_at"],
+            outcome=r["outcome"],
+            error_class=r["error_class"],
+            error=r["error"],
+            tokens_in=r["tokens_in"],
+            tokens_out=r["tokens_out"],
+            latency_ms=r["latency_ms"],
+        )
+        for r in rows
+    ]
+
+
+async def review_queue(conn: asyncpg.Connection) -> backlogs.Backlog:
+    """Jobs in REVIEW_REQUIRED, and how long the oldest has waited for a reviewer."""
+    r = await conn.fetchrow(queries.sql("job_review_queue_report"))
+    assert r is not None, "an aggregate returns one row"
+    return backlogs.Backlog(size=r["size"], oldest_at=r["oldest_at"], oldest_age_s=backlogs.age(r["oldest_age_s"]))
+
+
+async def stale_completions(conn: asyncpg.Connection, *, window_s: float = STALE_WINDOW_S) -> int:
+    """Completions discarded in the last `window_s` seconds because their attempt had lost the job."""
+    n: int = await conn.fetchval(queries.sql("stale_completion_count_report"), float(window_s))
+    return n
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    document_key: str
+    error_class: str
+    error: str
+    at: dt.datetime
+
+
+async def failures_of_batch(conn: asyncpg.Connection | asyncpg.Pool, *, batch_id: BatchId, limit: int
+) -> list[Failure]:
+    rows = await conn.fetch(queries.sql("job_list_failures_of_batch"), batch_id, limit)
+    return [Failure(r["document_key"], r["error_class"], r["error"], r["finished_at"]) for r in rows]

@@ -4,7 +4,8 @@ Repository of the outbox relay and the broker ingress inbox: one function per qu
 
 The relay's cycle is claim (one statement, committed) -> publish outside any transaction ->
 mark published or release. The inbox functions run inside the caller's transaction, so the
-record and its effect commit together.
+record and its effect commit together. A job's events and the unpublished backlog are read here
+for `lading jobs show` and `lading status`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from lading.db import queries
+from lading.db import backlogs, queries
+from lading.ids import JobId
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,4 +160,46 @@ async def backlog_summary(conn: asyncpg.Connection) -> BacklogSummary:
     assert row is not None  # an aggregate without GROUP BY: always one row
     return BacklogSummary(
         unpublished=int(row["unpublished"]), oldest_age_s=float(row["oldest_age_s"]), set_aside=int(row["set_aside"])
+    )
+
+
+# Reads for people (`lading jobs`, `lading status`, review and redelivery screens): the `*_report`
+# queries, ages by the database clock (`now()`, the caller's transaction), never the document text
+# unless asked for by name.
+EVENTS_LIMIT = 100
+"""Outbox events shown for one job (a job writes one per settling state change: a handful)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EventSummary:
+    """One outbox event of a job, as `lading jobs show` lists it."""
+
+    id: int
+    event_id: uuid.UUID
+    type: str
+    created_at: datetime.datetime
+    published_at: datetime.datetime | None
+
+
+async def events_of(conn: asyncpg.Connection, *, job_id: JobId, limit: int = EVENTS_LIMIT) -> list[EventSummary]:
+    """The outbox events the job's state changes wrote, oldest first."""
+    rows = await conn.fetch(queries.sql("outbox_list_report"), job_id, limit)
+    return [
+        EventSummary(
+            id=r["id"],
+            event_id=r["event_id"],
+            type=r["type"],
+            created_at=r["created_at"],
+            published_at=r["published_at"],
+        )
+        for r in rows
+    ]
+
+
+async def outbox_backlog(conn: asyncpg.Connection) -> backlogs.Backlog:
+    """Outbox events not yet published, and how long the oldest has waited for the relay."""
+    r = await conn.fetchrow(queries.sql("outbox_backlog_report"))
+    assert r is not None, "a SELECT without FROM returns one row"
+    return backlogs.Backlog(
+        size=r["unpublished"], oldest_at=r["oldest_at"], oldest_age_s=backlogs.age(r["oldest_age_s"])
     )

@@ -2,18 +2,22 @@
 Repository of the data plane's mirrors of custom resources: tenants, pools, endpoints.
 
 The operator (and `lading run`) upserts these from TenantQuota, InferencePool and
-DeliveryEndpoint objects; workers and acceptance read them.
+DeliveryEndpoint objects; workers and acceptance read them. The reads over a tenant's or a
+pool's jobs live here too: a tenant's quota use (TenantQuota status), a pool's load for the
+scaler (`pool_signals`, over `pool_scaling_load` and `pool_scaling_attempt_stats`) and each
+pool's line of `lading status`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 
-from lading.db import queries
+from lading.db import backlogs, queries
 from lading.ids import PoolName, TenantName
 
 
@@ -179,3 +183,125 @@ async def pool_flags(conn: asyncpg.Connection) -> list[PoolFlags]:
     """Every registered pool's pause and cooldown, now."""
     rows = await conn.fetch(queries.sql("pool_list_flags"))
     return [PoolFlags(pool=PoolName(r["pool"]), paused=r["paused"], cooling=r["cooling"]) for r in rows]
+
+@dataclasses.dataclass(frozen=True)
+class TenantUsage:
+    queued_jobs: int
+    queued_bytes: int
+    in_flight: int
+
+
+async def tenant_usage(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> TenantUsage:
+    row = await conn.fetchrow(queries.sql("tenant_usage_now"), tenant)
+    assert row is not None, "an aggregate always returns a row"
+    return TenantUsage(row["queued_jobs"], row["queued_bytes"], row["in_flight"])
+
+
+async def tenant_max_queued_bytes(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> int | None:
+    value = await conn.fetchval(queries.sql("tenant_max_queued_bytes"), tenant)
+    return None if value is None else int(value)
+
+
+POOLS_LIMIT = 200
+"""Pools on the status screen."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStatus:
+    name: PoolName
+    paused: bool
+    backlog: int
+    """Jobs a claim could take now (`job_eligible`, lading/db/sql/jobs.sql)."""
+    running: int
+    oldest_available_at: dt.datetime | None
+    """When the oldest job of the backlog became claimable; None for an empty backlog."""
+    oldest_age_s: float | None
+    """Seconds the oldest job of the backlog has been waiting."""
+
+
+async def pool_status(conn: asyncpg.Connection, *, limit: int = POOLS_LIMIT) -> list[PoolStatus]:
+    """Backlog, running jobs and the oldest waiting job of each pool, by pool name."""
+    rows = await conn.fetch(queries.sql("pool_status_report"), limit)
+    return [
+        PoolStatus(
+            name=PoolName(r["name"]),
+            paused=r["paused"],
+            backlog=r["backlog"],
+            running=r["running"],
+            oldest_available_at=r["oldest_available_at"],
+            oldest_age_s=backlogs.age(r["oldest_age_s"]),
+        )
+        for r in rows
+    ]
+
+
+SCALING_WINDOW_S_DEFAULT = 120.0
+"""Calls of the last two minutes (all the limiter keeps) describe the model as it is now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolLoad:
+    """One pool's load as the database sees it, at `at` (the database clock)."""
+
+    pool: PoolName
+    at: dt.datetime
+    eligible_backlog: int
+    """Jobs a claim could take now (`job_eligible`, lading/db/sql/jobs.sql): waiting, not suspended, due,
+    inside deadline and attempt budget."""
+    oldest_eligible_at: dt.datetime | None
+    oldest_eligible_age_s: float | None
+    in_flight: int
+    """Jobs RUNNING (a claimed attempt, lease held)."""
+    cooldown_until: dt.datetime | None
+    """No call to the provider before this time: it answered 429 (lading.limiting). May be past."""
+    paused: bool
+    """Paused by spec (InferencePool spec.paused)."""
+    paused_until: dt.datetime | None
+    paused_reason: str | None
+    recent_attempts: int
+    """Finished model calls of the window that the statistics below are computed from."""
+    mean_latency_s: float | None
+    mean_tokens_per_attempt: float | None
+
+
+async def pool_signals(
+        conn: asyncpg.Connection,
+        *,
+        pool: PoolName,
+        window_s: float = SCALING_WINDOW_S_DEFAULT,
+) -> PoolLoad:
+    """Read pool `pool`'s load; both queries run in one read-only snapshot so their figures agree."""
+    if window_s <= 0:
+        raise ValueError(f"window_s must be positive, not {window_s}")
+    if conn.is_in_transaction():  # the caller's snapshot, whatever it is
+        load, stats = await _read_pool_signals(conn, pool=pool, window_s=window_s)
+    else:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            load, stats = await _read_pool_signals(conn, pool=pool, window_s=window_s)
+    assert load is not None and stats is not None  # aggregates always return one row
+    return PoolLoad(
+        pool=pool,
+        at=load["at"],
+        eligible_backlog=load["backlog"],
+        oldest_eligible_at=load["oldest_available_at"],
+        oldest_eligible_age_s=load["oldest_age_s"],
+        in_flight=load["in_flight"],
+        cooldown_until=load["cooldown_until"],
+        paused=load["paused"],
+        paused_until=load["paused_until"],
+        paused_reason=load["paused_reason"],
+        recent_attempts=stats["attempts"],
+        mean_latency_s=stats["mean_latency_s"],
+        mean_tokens_per_attempt=stats["mean_tokens"],
+    )
+
+
+async def _read_pool_signals(
+        conn: asyncpg.Connection,
+        *,
+        pool: PoolName,
+        window_s: float,
+) -> tuple[asyncpg.Record, asyncpg.Record]:
+    load = await conn.fetchrow(queries.sql("pool_scaling_load"), pool)
+    stats = await conn.fetchrow(queries.sql("pool_scaling_attempt_stats"), pool, float(window_s))
+    return load, stats

@@ -3,18 +3,20 @@ Repository of `results` (`sql/results.sql`) for human review: the stored result 
 delivers, and a reviewer's correction replacing it.
 
 An attempt's own result is written by `jobs.finish_many`, in the statement that settles the
-job; reading results for people is `lading.db.reporting`.
+job; `result_of` reads it, with its verdict, for people (`lading jobs show`, `lading review show`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 import asyncpg
 
 from lading.db import queries
-from lading.ids import JobId
+from lading.ids import Fence, JobId
+from lading.validation import verdicts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,3 +45,47 @@ async def replace_corrected(
     if row is None:
         return None
     return Replaced(previous_result=row["previous_result"], previous_validation=row["previous_validation"])
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    """The stored extraction of a job and its validation verdict."""
+
+    fence: Fence
+    schema: str
+    validation_policy: str
+    passed: bool | None
+    """The verdict; None if the stored verdict does not say."""
+    failed_checks: tuple[verdicts.FailedCheck, ...]
+    result: dict[str, Any] | None
+    """The extracted JSON document, as stored; None once retention deleted it (the verdict stays)."""
+    created_at: dt.datetime
+
+
+async def result_of(conn: asyncpg.Connection, *, job_id: JobId) -> JobResult | None:
+    """The job's stored result, which exists once it SUCCEEDED or needs review."""
+    r = await conn.fetchrow(queries.sql("result_get_report"), job_id)
+    if r is None:
+        return None
+    validation: Any = r["validation"]
+    verdict: dict[str, Any] = validation if isinstance(validation, dict) else {}
+    passed = verdict.get("passed")
+    return JobResult(
+        fence=Fence(r["fence"]),
+        schema=r["schema"],
+        validation_policy=r["validation_policy"],
+        passed=passed if isinstance(passed, bool) else None,
+        failed_checks=_failed_checks(verdict.get("failed_checks")),
+        result=r["result"],
+        created_at=r["created_at"],
+    )
+
+
+def _failed_checks(stored: Any) -> tuple[verdicts.FailedCheck, ...]:
+    """The failed checks of a stored verdict (`Verdict.to_json()`), tolerating older or partial ones."""
+    if not isinstance(stored, list):
+        return ()
+    return tuple(
+        verdicts.FailedCheck.from_json(c)
+        for c in stored
+        if isinstance(c, dict)
+    )

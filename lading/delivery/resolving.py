@@ -25,7 +25,7 @@ import datetime as dt
 import asyncpg
 
 from lading import errors, reviewing
-from lading.db import deliveries, reporting
+from lading.db import deliveries, jobs
 from lading.delivery.states import DeliveryState
 from lading.ids import DeliveryId, JobId
 
@@ -78,7 +78,7 @@ async def redeliver(conn: asyncpg.Connection, *, delivery_id: DeliveryId, operat
         return
     found = await deliveries.get(conn, delivery_id=delivery_id)
     if found is not None and found.state in (DeliveryState.FAILED_TERMINAL, DeliveryState.UNKNOWN_EXTERNAL):
-        job = await reporting.get_job(conn, job_id=found.job_id)
+        job = await jobs.get_job(conn, job_id=found.job_id)
         if job is not None and job.result_deleted_at is not None:
             raise ResultDeleted(delivery_id=delivery_id, job_id=found.job_id, deleted_at=job.result_deleted_at)
     await _refuse(conn, delivery_id, "redeliver", "FAILED_TERMINAL and UNKNOWN_EXTERNAL")

@@ -42,7 +42,7 @@ from typing import Any
 import kopf
 
 from lading import health, schema
-from lading.db import observed
+from lading.db import catalog
 from lading.db import pool as dbpool
 from lading_elected import gauges
 from lading_operator import kube, mirroring, runtime, settings
@@ -126,7 +126,7 @@ async def started(config: settings.OperatorSettings) -> AsyncIterator[runtime.Ru
     db = await dbpool.create_pool(config.database_url, min_size=1, max_size=config.db_pool_max)
     try:
         async with db.acquire() as conn:
-            has_deliveries = await observed.has_table(conn, name="deliveries")
+            has_deliveries = await catalog.has_table(conn, name="deliveries")
         async with kube.Client(connection) as api:
             yield runtime.Runtime(settings=config, db=db, api=api, connection=connection, has_deliveries=has_deliveries)
     finally:

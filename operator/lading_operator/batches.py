@@ -59,7 +59,7 @@ import kopf
 import pydantic
 
 from lading import accepting, applying, errors, failpoints
-from lading.db import batches, fairness, jobs, observed, queue, registry
+from lading.db import batches, deliveries, fairness, jobs, queue, registry
 from lading.documents import fetching, manifest_lines
 from lading.ids import BatchId, PoolName, TenantName
 from lading.jobs.states import SETTLED, JobState
@@ -135,7 +135,7 @@ class Reconciler:
         self.name = str(body.metadata.name)
         self.key = key(self.namespace, self.name)
         self.tenant: TenantName | None = None
-        self.admitted: observed.ObservedBatch | None = None
+        self.admitted: batches.ObservedBatch | None = None
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
         self.seen = Observation()
         self.failures_at = -1
@@ -193,9 +193,9 @@ class Reconciler:
         async with self.rt.db.acquire() as conn:
             # Already accepted (before a restart), possibly under a tenant that no longer covers the
             # namespace: that acceptance stands, nothing is accepted twice.
-            earlier = await observed.batch_tenant(conn, idempotency_key=self.idempotency_key)
+            earlier = await batches.tenant_by_key(conn, idempotency_key=self.idempotency_key)
             if earlier is not None:
-                existing = await observed.batch(conn, tenant=earlier, idempotency_key=self.idempotency_key)
+                existing = await batches.get_observed(conn, tenant=earlier, idempotency_key=self.idempotency_key)
                 if existing is not None:
                     self.tenant, self.admitted = earlier, existing
                     self.rt.leave_queue(self.key)
@@ -218,7 +218,9 @@ class Reconciler:
         self.rt.leave_queue(self.key)
         self.tenant = applied.tenant
         async with self.rt.db.acquire() as conn:
-            self.admitted = await observed.batch(conn, tenant=applied.tenant, idempotency_key=self.idempotency_key)
+            self.admitted = await batches.get_observed(
+                conn, tenant=applied.tenant, idempotency_key=self.idempotency_key
+            )
         if applied.result.created:
             events.normal(
                 self.body,
@@ -383,7 +385,7 @@ class Reconciler:
                 message = "no new jobs of this batch are claimed" if suspend else "claiming resumed"
                 reason = conditions.SUSPENDED if suspend else conditions.RESUMED
                 events.normal(self.body, reason=reason, message=message)
-            current = await observed.batch(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
+            current = await batches.get_observed(conn, tenant=self.tenant, idempotency_key=self.idempotency_key)
             if current is None:
                 self.admitted = None
                 return self.rt.settings.retry_initial_s
@@ -392,11 +394,11 @@ class Reconciler:
             failed = current.counts[JobState.FAILED_TERMINAL]
             failures = None
             if failed and failed != self.failures_at:
-                failures = await observed.batch_failures(conn, batch_id=current.batch_id, limit=RECENT_FAILURES)
+                failures = await jobs.failures_of_batch(conn, batch_id=current.batch_id, limit=RECENT_FAILURES)
             delivered = None
             endpoint_missing = False
             if self.rt.has_deliveries and current.endpoint is not None:
-                delivered = await observed.batch_delivered(conn, batch_id=current.batch_id)
+                delivered = await deliveries.count_delivered_of_batch(conn, batch_id=current.batch_id)
                 endpoint_missing = not await registry.endpoint_exists(conn, name=current.endpoint)
             budget = await fairness.tenant_budget(conn, tenant=self.tenant)
         where = None
@@ -434,7 +436,7 @@ class Reconciler:
         # Work or deliveries remain (among them deliveries waiting for a DeliveryEndpoint to appear).
         return self.rt.settings.status_interval_s
 
-    def _summary(self, current: observed.ObservedBatch) -> str:
+    def _summary(self, current: batches.ObservedBatch) -> str:
         c = current.counts
         return (
             f"{c[JobState.SUCCEEDED]} succeeded, {c[JobState.REVIEW_REQUIRED]} awaiting review, "
@@ -443,9 +445,9 @@ class Reconciler:
 
     def status_of(
         self,
-        current: observed.ObservedBatch,
+        current: batches.ObservedBatch,
         *,
-        failures: list[observed.Failure] | None,
+        failures: list[jobs.Failure] | None,
         delivered: int | None,
         suspend: bool,
         budget: fairness.TenantBudget | None = None,
@@ -628,12 +630,12 @@ async def finalize(rt: runtime.Runtime, body: kopf.Body) -> int:
         tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
         current = None
         if tenant is not None:
-            current = await observed.batch(conn, tenant=tenant, idempotency_key=idempotency_key)
+            current = await batches.get_observed(conn, tenant=tenant, idempotency_key=idempotency_key)
         if current is None:
             # Never admitted under the current tenant; look it up by key in any tenant.
-            tenant = await observed.batch_tenant(conn, idempotency_key=idempotency_key)
+            tenant = await batches.tenant_by_key(conn, idempotency_key=idempotency_key)
             if tenant is not None:
-                current = await observed.batch(conn, tenant=tenant, idempotency_key=idempotency_key)
+                current = await batches.get_observed(conn, tenant=tenant, idempotency_key=idempotency_key)
         if current is None or tenant is None:
             return 0
         cancelled = await jobs.cancel_batch(conn, batch_id=current.batch_id, reason="ExtractionBatch deleted")

@@ -21,7 +21,7 @@ import kopf
 import pydantic
 
 from lading import applying
-from lading.db import observed
+from lading.db import deliveries
 from lading.models import specs
 from lading_operator import conditions, events, kube, mirroring, rendering, runtime, status
 
@@ -80,7 +80,7 @@ async def reconcile(rt: runtime.Runtime, body: kopf.Body, *, mirror: bool) -> No
     health = None
     if rt.has_deliveries:
         async with rt.db.acquire() as conn:
-            health = await observed.endpoint_health(conn, endpoint=full)
+            health = await deliveries.endpoint_health(conn, endpoint=full)
     conds = [
         conditions.condition(previous, type=conditions.READY, value=problem is None,
                              reason=conditions.SECRET_MISSING if problem else conditions.REGISTERED,

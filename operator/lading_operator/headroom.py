@@ -3,7 +3,7 @@ How much more work a pool's provider can take right now: the `headroom` signal o
 
     vllm pool         GET <the pool's vLLM Service>/metrics  ->  parse_vllm_metrics  ->  vllm_headroom
                       (requests running and waiting, KV-cache use, summed over model_name/engine)
-    external pool     the database (lading.db.scaling.pool_signals): a pause in force, the
+    external pool     the database (lading.db.registry.pool_signals): a pause in force, the
                       limiter's 429 cooldown, optionally the provider's x-ratelimit-remaining
                       share  ->  external_headroom
 

@@ -27,7 +27,7 @@ import kopf
 import pydantic
 
 from lading import applying
-from lading.db import fairness, observed, registry
+from lading.db import fairness, registry
 from lading.ids import TenantName
 from lading.models import specs
 from lading_operator import budgets, conditions, events, kube, runtime, status
@@ -101,7 +101,7 @@ async def refresh(rt: runtime.Runtime, body: kopf.Body) -> None:
         return
     tenant = TenantName(quota.metadata.name)
     async with rt.db.acquire() as conn:
-        usage = await observed.tenant_usage(conn, tenant=tenant)
+        usage = await registry.tenant_usage(conn, tenant=tenant)
         budget = await fairness.tenant_budget(conn, tenant=tenant)
         conflicts = await registry.tenant_namespace_conflicts(conn, tenant=tenant)
     if conflicts:

@@ -3,7 +3,7 @@ How many workers a pool should run: a pure function of the pool's spec, what was
 little remembered state. No I/O and no clock: the caller passes `Signals.now`, so every rule is
 table-tested with exact times (tests/unit/operator/test_scaling.py).
 
-The operator reads the signals (PostgreSQL: `lading.db.scaling.pool_signals`; the provider:
+The operator reads the signals (PostgreSQL: `lading.db.registry.pool_signals`; the provider:
 `lading_operator.headroom`), calls `decide`, writes `Decision.replicas` to the worker Deployment,
 `Decision.engine_replicas` to a vllm pool's Deployment, and `Decision.reason` to the pool's status
 (`scalingReason`). The returned `ScaleState` is kept for the next call (`ScaleState.to_dict` /

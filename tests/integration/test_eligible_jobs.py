@@ -12,7 +12,7 @@ import asyncpg
 from lading_operator import rendering
 
 from lading import accepting, ids, metrics
-from lading.db import fairness, jobs, observed, reporting, scaling
+from lading.db import batches, fairness, jobs, registry
 from lading.models import specs
 from lading_elected import gauges
 from tests.support import factories
@@ -30,7 +30,7 @@ async def test_every_reader_counts_the_same_eligible_jobs(db: asyncpg.Connection
     await db.execute("UPDATE extraction_jobs SET available_at = now() - interval '300 seconds' WHERE id = $1", oldest)
     eligible = 2  # `first` and `oldest`
 
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     assert load.eligible_backlog == eligible
     assert load.oldest_eligible_age_s is not None and 300 <= load.oldest_eligible_age_s < 330
 
@@ -41,14 +41,14 @@ async def test_every_reader_counts_the_same_eligible_jobs(db: asyncpg.Connection
     assert await db.fetchval(rendering.keda_backlog_query(pool)) == eligible
     assert 300 <= await db.fetchval(rendering.keda_oldest_age_query(pool)) < 330
 
-    [status] = await reporting.pool_status(db)
+    [status] = await registry.pool_status(db)
     assert status.backlog == eligible
     assert status.oldest_age_s is not None and 300 <= status.oldest_age_s < 330
 
     [share] = await fairness.shares_of_pool(db, pool=POOL)
     assert share.due == eligible
 
-    seen = await observed.batch(db, tenant=factories.TENANT, idempotency_key=f"{factories.TENANT}/b1/uid-b1")
+    seen = await batches.get_observed(db, tenant=factories.TENANT, idempotency_key=f"{factories.TENANT}/b1/uid-b1")
     assert seen is not None and seen.oldest_eligible_s is not None and 300 <= seen.oldest_eligible_s < 330
 
     async with db.transaction(isolation="repeatable_read", readonly=True):
@@ -66,4 +66,4 @@ async def test_with_nothing_eligible_the_gauge_shows_no_pool(db: asyncpg.Connect
     batch = await accepting.accept_batch(db, factories.batch_request(name="b1", count=2))
     await db.execute("UPDATE extraction_jobs SET suspended = true WHERE batch_id = $1", batch.batch_id)
     assert await jobs.oldest_eligible_age_by_pool(db) == {}
-    assert (await scaling.pool_signals(db, pool=POOL)).eligible_backlog == 0
+    assert (await registry.pool_signals(db, pool=POOL)).eligible_backlog == 0

@@ -1,5 +1,5 @@
 """
-The scaler's signals read from real PostgreSQL rows (lading.db.scaling), and what they cost.
+The scaler's signals read from real PostgreSQL rows (lading.db.registry.pool_signals), and what they cost.
 
 Rows get their states the way production gives them: acceptance, claims and finishes through the
 core, model calls through the real limiter. Only time is faked, by moving a row's timestamp back.
@@ -20,7 +20,7 @@ from lading_operator import headroom, rendering
 from lading_operator import scaling as deciding
 
 from lading import accepting, ids, limiting
-from lading.db import jobs, queries, registry, scaling
+from lading.db import jobs, queries, registry
 from lading.models import specs
 from tests.support import factories
 
@@ -31,7 +31,7 @@ LIMITS = limiting.Limits(requests_per_minute=10_000, tokens_per_minute=10**9, ma
 
 
 async def test_an_unknown_pool_has_no_load(db: asyncpg.Connection) -> None:
-    load = await scaling.pool_signals(db, pool=ids.PoolName("nowhere/none"))
+    load = await registry.pool_signals(db, pool=ids.PoolName("nowhere/none"))
     assert (load.eligible_backlog, load.in_flight, load.oldest_eligible_age_s) == (0, 0, None)
     assert (load.paused, load.paused_until, load.cooldown_until) == (False, None, None)
     assert (load.recent_attempts, load.mean_latency_s, load.mean_tokens_per_attempt) == (0, None, None)
@@ -55,11 +55,11 @@ async def test_backlog_counts_what_a_claim_could_take_now(db: asyncpg.Connection
     await db.execute("UPDATE extraction_jobs SET available_at = now() - interval '300 seconds' WHERE id = $1",
                      waiting[3])
 
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     assert load.eligible_backlog == 12 - 3 - 3
     assert load.in_flight == 3
     assert load.oldest_eligible_age_s is not None and 300 <= load.oldest_eligible_age_s < 310
-    other = await scaling.pool_signals(db, pool=OTHER)
+    other = await registry.pool_signals(db, pool=OTHER)
     assert (other.eligible_backlog, other.in_flight) == (5, 0)
 
 
@@ -72,7 +72,7 @@ async def test_pause_and_429_cooldown_come_from_the_pool_row(db: asyncpg.Connect
     finally:
         await limiter.close()
 
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     assert load.paused is False
     assert load.paused_reason == "the endpoint refused the API key"
     assert load.paused_until is not None and load.cooldown_until is not None
@@ -100,11 +100,11 @@ async def test_latency_and_tokens_of_recent_calls_come_from_the_limiter(
         await limiter.close()
         await other.close()
 
-    load = await scaling.pool_signals(db, pool=POOL, window_s=120)
+    load = await registry.pool_signals(db, pool=POOL, window_s=120)
     assert load.recent_attempts == 3
     assert load.mean_latency_s == pytest.approx(4.0, abs=0.05)
     assert load.mean_tokens_per_attempt == pytest.approx(2000.0)
-    assert (await scaling.pool_signals(db, pool=OTHER)).mean_tokens_per_attempt == pytest.approx(50_000.0)
+    assert (await registry.pool_signals(db, pool=OTHER)).mean_tokens_per_attempt == pytest.approx(50_000.0)
 
 
 async def _calls(db: asyncpg.Connection, limiter: limiting.PoolLimiter, other: limiting.PoolLimiter) -> None:
@@ -131,7 +131,7 @@ async def test_signals_feed_the_decision(db: asyncpg.Connection) -> None:
     await factories.seed(db)
     await accepting.accept_batch(db, factories.batch_request(name="b1", count=300))
     await db.execute("UPDATE extraction_jobs SET available_at = now() - interval '240 seconds' WHERE pool = $1", POOL)
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     spec = specs.InferencePoolSpec.model_validate({
         "provider": "builtin",
         "limits": {"requestsPerMinute": 60_000, "tokensPerMinute": 10**9, "maxConcurrency": 1000},
@@ -169,7 +169,7 @@ async def test_keda_trigger_queries_run_and_agree_with_the_signals(db: asyncpg.C
     pool = specs.InferencePool.model_validate(
         {"metadata": {"name": name, "namespace": namespace}, "spec": {"provider": "builtin"}}
     )
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     backlog_sql, oldest_sql = rendering.keda_backlog_query(pool), rendering.keda_oldest_age_query(pool)
     assert await db.fetchval(backlog_sql) == load.in_flight + load.eligible_backlog == 5 + 32
     oldest = await db.fetchval(oldest_sql)
@@ -184,13 +184,13 @@ async def test_keda_trigger_queries_run_and_agree_with_the_signals(db: asyncpg.C
 
 async def test_window_must_be_positive(db: asyncpg.Connection) -> None:
     with pytest.raises(ValueError, match="window_s must be positive"):
-        await scaling.pool_signals(db, pool=POOL, window_s=0)
+        await registry.pool_signals(db, pool=POOL, window_s=0)
 
 
 async def test_inside_a_caller_transaction_the_callers_snapshot_is_used(db: asyncpg.Connection) -> None:
     await factories.seed(db)
     async with db.transaction(isolation="repeatable_read", readonly=True):
-        load = await scaling.pool_signals(db, pool=POOL)
+        load = await registry.pool_signals(db, pool=POOL)
     assert load.eligible_backlog == 0
 
 
@@ -270,7 +270,7 @@ async def test_signals_read_no_history(db: asyncpg.Connection) -> None:
         seq = {rel for rel, node in scanned.items() if node == "Seq Scan" and rel in history_tables}
         assert not seq, f"{name} scans {seq}: {scanned}"
 
-    load = await scaling.pool_signals(db, pool=POOL)
+    load = await registry.pool_signals(db, pool=POOL)
     assert (load.eligible_backlog, load.in_flight) == (1950, 50)
     assert load.recent_attempts == 2000
     assert load.mean_latency_s == pytest.approx(3.0)
@@ -279,7 +279,7 @@ async def test_signals_read_no_history(db: asyncpg.Connection) -> None:
     started = time.perf_counter()
     rounds = 20
     for _ in range(rounds):
-        await scaling.pool_signals(db, pool=POOL)
+        await registry.pool_signals(db, pool=POOL)
     per_call_ms = (time.perf_counter() - started) / rounds * 1000
     print(f"pool_signals: {per_call_ms:.1f} ms per call with {HISTORY_JOBS} finished jobs in the tables")
     assert per_call_ms < 100

@@ -20,7 +20,7 @@ import pytest
 from lading_worker import running
 
 from lading import applying, metrics
-from lading.db import observed
+from lading.db import jobs
 from lading.documents import manifest_lines
 from lading.ids import BatchId
 from tests.integration import test_manifest_batches as manifest_batches
@@ -110,14 +110,14 @@ async def test_failing_presigned_urls_leave_no_secret_anywhere(
         _assert_clean(message, "an admission error")
     assert "127.0.0.1" in seen[0] and "HTTP 404" in seen[0]  # host and status are kept
     assert "ClientConnectorError" in seen[1] and "ClientResponseError" in seen[2]
-    jobs = [dict(r) for r in await db.fetch("SELECT * FROM extraction_jobs")]
+    job_rows = [dict(r) for r in await db.fetch("SELECT * FROM extraction_jobs")]
     attempts = [dict(r) for r in await db.fetch("SELECT * FROM job_attempts")]
     events = [dict(r) for r in await db.fetch("SELECT * FROM outbox_events")]
-    _assert_clean(json.dumps(jobs, default=str), "extraction_jobs")
+    _assert_clean(json.dumps(job_rows, default=str), "extraction_jobs")
     _assert_clean(json.dumps(attempts, default=str), "job_attempts")
     _assert_clean(json.dumps(events, default=str), "outbox_events")
     assert any("HTTP 404" in (a["error"] or "") for a in attempts)
-    failures = await observed.batch_failures(db, batch_id=BatchId(applied.result.batch_id), limit=10)
+    failures = await jobs.failures_of_batch(db, batch_id=BatchId(applied.result.batch_id), limit=10)
     assert len(failures) == 4
     _assert_clean(json.dumps([f.error for f in failures]), "the batch's recent failures")
     _assert_clean(caplog.text, "the logs")

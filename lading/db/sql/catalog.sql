@@ -1,4 +1,4 @@
--- The database catalog: what schema is there (lading/db/observed.py).
+-- The database catalog: what schema is there (lading/db/catalog.py).
 
 -- name: catalog_table_exists
 SELECT to_regclass($1) IS NOT NULL;

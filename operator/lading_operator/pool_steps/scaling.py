@@ -1,5 +1,5 @@
 """
-Scaling a pool (`workers.scaling: builtin`): signals from PostgreSQL (`lading.db.scaling.
+Scaling a pool (`workers.scaling: builtin`): signals from PostgreSQL (`lading.db.registry.
 pool_signals`) and the provider's headroom (vLLM `/metrics` of the pool's Service, or the pause/429
 state of an external provider) go through `lading_operator.scaling.decide`; its replicas are written
 to the worker Deployment (and the engine replicas to the vLLM Deployment). Under KEDA the decision
@@ -20,7 +20,7 @@ import aiohttp
 import kopf
 
 from lading import applying
-from lading.db import scaling as db_scaling
+from lading.db import registry
 from lading.models import specs
 from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling
 from lading_operator.pool_steps import owned
@@ -30,7 +30,7 @@ from lading_operator.pool_steps import owned
 class Scaled:
     """What the scaling step saw and decided, for the status step."""
 
-    load: db_scaling.PoolLoad
+    load: registry.PoolLoad
     pausing: bool
     """The workers paused the pool (the provider refused the key or quota) until a time still ahead."""
     room: scaling.Headroom
@@ -58,7 +58,7 @@ class Scaler:
         current = int(((live.worker or {}).get("spec") or {}).get("replicas") or 0)
         async with self.rt.db.acquire() as conn:
             name = applying.pool_key(str(self.body.metadata.namespace), str(self.body.metadata.name))
-            load = await db_scaling.pool_signals(conn, pool=name)
+            load = await registry.pool_signals(conn, pool=name)
         pausing = load.paused_until is not None and load.paused_until > load.at
         room = await self._headroom(session, pool, load, ready=ready_replicas, desired=engine_desired)
         signals = scaling.Signals(
@@ -99,7 +99,7 @@ class Scaler:
         self,
         session: aiohttp.ClientSession,
         pool: specs.InferencePool,
-        load: db_scaling.PoolLoad,
+        load: registry.PoolLoad,
         *,
         ready: int,
         desired: int,

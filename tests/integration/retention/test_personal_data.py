@@ -19,8 +19,8 @@ import pydantic
 import pytest
 from lading_worker import cleaning
 
+from lading.db import jobs, registry, results
 from lading.db import pool as dbpool
-from lading.db import registry, reporting
 from lading.delivery import resolving
 from lading.ids import DeliveryId, JobId, TenantName
 from lading.models import specs
@@ -78,13 +78,13 @@ async def test_text_then_result_go_and_the_audit_trail_stays(db: asyncpg.Connect
     documents = {r["job_id"] for r in await db.fetch("SELECT job_id FROM job_documents")}
     assert documents == {recent, waiting}, "a job not yet ended keeps its text, however old"
     assert {job: await _audit(db, job) for job in before} == before, "digests, states, attempts, verdict, events"
-    results = {r["job_id"]: r["result"] for r in await db.fetch("SELECT job_id, result FROM results")}
-    assert results[both] is None and results[text_only] is not None and results[recent] is not None
-    shown = await reporting.get_job(db, job_id=both)
+    stored = {r["job_id"]: r["result"] for r in await db.fetch("SELECT job_id, result FROM results")}
+    assert stored[both] is None and stored[text_only] is not None and stored[recent] is not None
+    shown = await jobs.get_job(db, job_id=both)
     assert shown is not None and shown.document_deleted_at is not None and shown.result_deleted_at is not None
-    kept = await reporting.get_job(db, job_id=text_only)
+    kept = await jobs.get_job(db, job_id=text_only)
     assert kept is not None and kept.document_deleted_at is not None and kept.result_deleted_at is None
-    result = await reporting.result_of(db, job_id=both)
+    result = await results.result_of(db, job_id=both)
     assert result is not None and result.result is None and result.passed is True
     assert await cleaning.clean_personal_data(db, settings=SETTINGS) == {"job_documents": 0, "results": 0}
 
