@@ -7,16 +7,18 @@ document it serves (and the committed copy, which must not be stale), and `ladin
 from __future__ import annotations
 
 import json
-import subprocess
+import secrets
 import sys
+import urllib.error
+import urllib.request
 
 import aiohttp
 import asyncpg
 import pytest
 from lading_api import openapi
+from lading_cli import main as cli
 
 from tests.integration.api.conftest import ApiProcess, Tenant, call, document, start_api
-from tests.support import processes
 
 
 @pytest.mark.parametrize("failpoint", [
@@ -71,25 +73,41 @@ async def test_the_served_openapi_document_is_the_committed_one(
     assert set(committed["paths"]) >= {"/v1/namespaces/{namespace}/documents", "/v1/jobs/{id}"}
 
 
-def lading(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from lading_cli.main import main; raise SystemExit(main())", *args],
-                          env=processes.environment(), capture_output=True, text=True, timeout=60, check=False)
+def lading(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`lading ARGS...` in this process (a subprocess would spend seconds importing): exit code, stdout, stderr."""
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+        print(exc.code, file=sys.stderr)
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-async def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
-        api_server: ApiProcess, database_url: str, acme: Tenant, http: aiohttp.ClientSession,
+def get(url: str, token: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
+def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
+        api_server: ApiProcess, database_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    created = lading("tokens", "create", "--database-url", database_url, "--namespace", "acme", "--name", "ci",
-                     "--expires-in", "30d")
-    assert created.returncode == 0, created.stderr
-    token = created.stdout.strip()
-    assert token.startswith("lading_") and "expires" in created.stderr
+    code, out, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "acme",
+                            "--name", f"ci-{secrets.token_hex(3)}", "--expires-in", "30d")
+    assert code == 0, err
+    token, name = out.strip(), err.split()[1]
+    assert token.startswith("lading_") and "expires" in err
     url = f"{api_server.base_url}/v1/jobs/1"
-    assert (await call(http, "GET", url, headers={"Authorization": f"Bearer {token}"})).status == 404
-    listed = lading("tokens", "list", "--database-url", database_url, "--json")
-    assert token not in listed.stdout
-    assert {t["name"]: t["active"] for t in json.loads(listed.stdout)["tokens"]} == {"acme-token": True, "ci": True}
-    assert lading("tokens", "revoke", "ci", "--database-url", database_url).returncode == 0
-    assert (await call(http, "GET", url, headers={"Authorization": f"Bearer {token}"})).status == 401
-    refused = lading("tokens", "create", "--database-url", database_url, "--namespace", "Not_A_Namespace")
-    assert refused.returncode != 0 and "--namespace" in refused.stderr
+    assert get(url, token) == 404
+    code, out, _ = lading(capsys, "tokens", "list", "--database-url", database_url, "--json")
+    assert code == 0 and token not in out
+    assert {t["name"]: t["active"] for t in json.loads(out)["tokens"]}[name] is True
+    assert lading(capsys, "tokens", "revoke", name, "--database-url", database_url)[0] == 0
+    assert get(url, token) == 401
+    code, _, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "Not_A_Namespace")
+    assert code != 0 and "--namespace" in err
