@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable
 
 from lading.db import registry
+from lading.models import specs
 from lading.providers import prompting
 
 BUILTIN_MODEL = "builtin"
@@ -25,19 +26,27 @@ BUILTIN_MODEL = "builtin"
 
 @dataclasses.dataclass(frozen=True)
 class Producer:
-    """What turns a document into a result: the model a pool's workers call, and the version of
-    what they ask it. Results of different producers are never taken for each other."""
+    """What turns a document into an accepted result: the model a pool's workers call, the version
+    of what they ask it, and the pool's settings that change a verdict. Results of different
+    producers are never taken for each other."""
 
     model: str
     prompt_version: str
+    judging: str = ""
+    """The pool's settings the validation policy reads, canonically (`defaultCurrency=EUR`; empty
+    when none): a result `invoice-strict-v2` accepted because the pool books a currency the document
+    does not show is not accepted by a pool that books none (docs/validation.md)."""
 
 
 def producer_of(pool: registry.Pool) -> Producer:
-    """The producer of `pool`'s workers: its model and the prompt version of this build."""
+    """The producer of `pool`'s workers: its model, the prompt version of this build, and its
+    default currency."""
+    currency = specs.stored_default_currency(pool.spec)
+    judging = "" if currency is None else f"defaultCurrency={currency}"
     if pool.provider == "builtin":
-        return Producer(model=BUILTIN_MODEL, prompt_version=BUILTIN_MODEL)
+        return Producer(model=BUILTIN_MODEL, prompt_version=BUILTIN_MODEL, judging=judging)
     model = pool.model or str(pool.spec.get("model") or "")
-    return Producer(model=model, prompt_version=prompting.PROMPT_VERSION)
+    return Producer(model=model, prompt_version=prompting.PROMPT_VERSION, judging=judging)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,16 +56,18 @@ async def resolve(
         worker_id: WorkerId,
         model: str,
         prompt_version: str,
+        judging: str,
         wait_margin_s: float,
 ) -> dict[JobId, Decision]:
     """The decision for each claimed job this worker still owns, in one round trip (jobs it no
-    longer owns are absent). `wait_margin_s`: a job waits for a duplicate only while its deadline
-    is further away than this."""
+    longer owns are absent), for a worker calling `model` with `prompt_version` and judging with
+    `judging` (`lading.reuse.Producer`). `wait_margin_s`: a job waits for a duplicate only while
+    its deadline is further away than this."""
     if not claimed:
         return {}
     rows = await conn.fetch(
         queries.sql("job_resolve_reuse"),
-        [j for j, _ in claimed], [f for _, f in claimed], worker_id, model, prompt_version, wait_margin_s,
+        [j for j, _ in claimed], [f for _, f in claimed], worker_id, model, prompt_version, judging, wait_margin_s,
     )  # fmt: skip
     return {
         JobId(r["job_id"]): Decision(

@@ -1,9 +1,9 @@
 """
 Result reuse by content digest (docs/reuse.md), with an in-process worker over real PostgreSQL and
 a provider that counts its calls: an accepted result of the tenant is taken instead of calling the
-model, across batches; never across tenants, nor for a changed byte, another model, an opted-out
-batch or a tenant whose quota says `resultReuse: none`; a reviewer's approval makes a result
-reusable. (Duplicates in flight at once, across worker processes: tests/acceptance/test_reuse_processes.py.)
+model, across batches; never across tenants, nor for a changed byte, another model, a pool that
+judges otherwise (default currency), an opted-out batch or a tenant whose quota says
+`resultReuse: none`; a reviewer's approval makes a result reusable. (Duplicates in flight at once, across worker processes: tests/acceptance/test_reuse_processes.py.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from lading_demo import builtin, generator
 from tests.support import factories, providers, waiting
 
 OTHER_POOL = PoolName("lading-system/other-model")
+EUR_POOL = PoolName("lading-system/books-eur")
+"""The builtin model too, but its invoice-strict-v2 books EUR for a document that shows no currency."""
 
 SAMPLES = generator.generate(40, seed=16)
 CLEAN = [s for s in SAMPLES if s.expected_state == "SUCCEEDED"]
@@ -91,6 +93,7 @@ async def _seed(db: asyncpg.Connection) -> None:
         db, name=OTHER_POOL, provider="openai-compatible", model="another-model",
         spec={"endpoint": {"url": "http://127.0.0.1:9/v1"}},
     )  # fmt: skip
+    await registry.upsert_pool(db, name=EUR_POOL, provider="builtin", model=None, spec={"defaultCurrency": "EUR"})
 
 
 async def test_an_accepted_result_is_taken_across_batches_of_the_tenant_without_a_model_call(
@@ -131,13 +134,14 @@ async def test_no_result_is_taken_across_tenants_models_opted_out_batches_or_a_q
     elsewhere = await _run(db, dbpool, _request("globex-1", [x], tenant="globex"), provider)
     opted_out = await _run(db, dbpool, _request("again", [x], reuse=False), provider)
     other_model = await _run(db, dbpool, _request("other", [x], pool=OTHER_POOL), provider)
-    assert len(provider.calls) == 4
-    assert [j["reused_from"] for j in elsewhere + opted_out + other_model] == [None, None, None]
+    other_judging = await _run(db, dbpool, _request("eur", [x], pool=EUR_POOL), provider)
+    assert len(provider.calls) == 5
+    assert [j["reused_from"] for j in elsewhere + opted_out + other_model + other_judging] == [None] * 4
 
     for name in ("initech-1", "initech-2"):
         jobs = await _run(db, dbpool, _request(name, [x], tenant="initech"), provider)
         assert jobs[0]["reused_from"] is None
-    assert len(provider.calls) == 6
+    assert len(provider.calls) == 7
 
 
 async def test_a_result_approved_in_review_is_taken_and_one_still_in_review_is_not(

@@ -48,6 +48,7 @@ class Reuser:
             return await reuse_db.resolve(
                 conn, [(j.id, j.fence) for j in claimed], worker_id=self.worker_id,
                 model=self.producer.model, prompt_version=self.producer.prompt_version,
+                judging=self.producer.judging,
                 wait_margin_s=self.wait.cap_s + self.attempt.timeout_s,
             )  # fmt: skip
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

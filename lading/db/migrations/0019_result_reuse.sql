@@ -40,20 +40,23 @@ CREATE INDEX extraction_jobs_reuse_in_flight ON extraction_jobs (tenant, reuse_k
     WHERE state = 'RUNNING' AND reuse_key IS NOT NULL;
 
 -- THE definition of "the same result": the document's SHA-256, the extraction schema, the
--- validation policy, the model and the prompt version (the last two say what the worker calls).
--- Canonical JSON, so no choice of values can make two different tuples collide. The tenant is
--- not in it: it is compared as a column, and reuse never crosses tenants.
+-- validation policy, the model, the prompt version and the pool's settings that change a verdict
+-- (the last three say what the worker calls and how it judges: lading.reuse.Producer). Canonical
+-- JSON, so no choice of values can make two different tuples collide. The tenant is not in it: it
+-- is compared as a column, and reuse never crosses tenants.
 CREATE FUNCTION lading_reuse_key(
-    p_content_sha256 text, p_schema text, p_validation_policy text, p_model text, p_prompt_version text)
+    p_content_sha256 text, p_schema text, p_validation_policy text, p_model text, p_prompt_version text,
+    p_judging text)
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT encode(sha256(convert_to(
-        jsonb_build_array(1, p_content_sha256, p_schema, p_validation_policy, p_model, p_prompt_version)::text,
+        jsonb_build_array(1, p_content_sha256, p_schema, p_validation_policy, p_model, p_prompt_version,
+                          p_judging)::text,
         'UTF8')), 'hex')
 $$;
 
 -- What each of the jobs (p_jobs, p_fences) that worker p_worker just claimed does, given that the
--- worker calls model p_model with prompt version p_prompt_version:
+-- worker calls model p_model with prompt version p_prompt_version and judges with p_judging:
 --
 --   reuse  an accepted result of the same tenant and key exists (the newest is taken: other_job,
 --          result, validation, and what that job cost, for the cost-saved metric);
@@ -73,7 +76,8 @@ $$;
 -- job rows in id order (docs/architecture.md, "Lock order"); duplicates within one call are
 -- recognised in memory.
 CREATE FUNCTION lading_reuse_resolve(
-    p_jobs bigint[], p_fences bigint[], p_worker text, p_model text, p_prompt_version text, p_wait_margin_s float8)
+    p_jobs bigint[], p_fences bigint[], p_worker text, p_model text, p_prompt_version text, p_judging text,
+    p_wait_margin_s float8)
     RETURNS TABLE (job_id bigint, decision text, other_job bigint, waits integer, result jsonb, validation jsonb,
                    saved_cost numeric, saved_currency text)
     LANGUAGE plpgsql VOLATILE AS $$
@@ -92,8 +96,8 @@ BEGIN
     FOR r IN
         SELECT c.*
           FROM (SELECT j.id, j.fence, j.tenant, j.reuse_key AS old_key,
-                       lading_reuse_key(j.content_sha256, j.schema, j.validation_policy, p_model, p_prompt_version)
-                           AS key,
+                       lading_reuse_key(j.content_sha256, j.schema, j.validation_policy, p_model, p_prompt_version,
+                                        p_judging) AS key,
                        (b.reuse AND coalesce(t.spec ->> 'resultReuse', 'tenant') <> 'none') AS may_reuse,
                        j.deadline_at > clock_timestamp() + make_interval(secs => p_wait_margin_s) AS may_wait
                   FROM unnest(p_jobs, p_fences) AS i(id, fence)
