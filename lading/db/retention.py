@@ -126,3 +126,16 @@ async def delete_results(conn: asyncpg.Connection, *, tenant: TenantName, older_
     """The extracted JSON of at most `limit` of the tenant's jobs that ended more than `older_than_days`
     ago, whose document already went and whose deliveries are settled; the verdict stays."""
     return int(await conn.fetchval(queries.sql("result_delete_expired"), tenant, older_than_days, limit))
+
+
+async def oldest_document_age_s(conn: asyncpg.Connection, *, tenant: TenantName) -> float | None:
+    """Seconds since the oldest of the tenant's ended jobs that still has its document ended."""
+    age = await conn.fetchval(queries.sql("document_oldest_retained_age"), tenant)
+    return None if age is None else max(float(age), 0.0)
+
+
+async def oldest_result_age_s(conn: asyncpg.Connection, *, tenant: TenantName) -> float | None:
+    """Seconds since the oldest of the tenant's ended jobs whose document went and whose result is
+    still kept ended."""
+    age = await conn.fetchval(queries.sql("result_oldest_retained_age"), tenant)
+    return None if age is None else max(float(age), 0.0)

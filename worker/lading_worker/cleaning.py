@@ -219,11 +219,15 @@ async def clean(conn: asyncpg.Connection, *, settings: CleanerSettings) -> dict[
 
 async def clean_personal_data(conn: asyncpg.Connection, *, settings: CleanerSettings) -> dict[str, int]:
     """Per tenant with spec.retention: documents past documentsDays, then results past resultsDays
-    (documents first within a round, so a job whose both periods passed loses both in one round)."""
+    (documents first within a round, so a job whose both periods passed loses both in one round).
+    The oldest-retained gauge of each is the oldest kept row over the tenants that set its days."""
     deleted = {"job_documents": 0, "results": 0}
+    oldest: dict[str, float | None] = {"job_documents": None, "results": None}
     for tenant in await retention.tenant_retentions(conn):
-        for what, days, delete in (("job_documents", tenant.documents_days, retention.delete_documents),
-                                   ("results", tenant.results_days, retention.delete_results)):
+        for what, days, delete, age_of in (
+                ("job_documents", tenant.documents_days, retention.delete_documents, retention.oldest_document_age_s),
+                ("results", tenant.results_days, retention.delete_results, retention.oldest_result_age_s),
+        ):
             if days is None:
                 continue
             for _ in range(settings.max_batches):
@@ -231,10 +235,19 @@ async def clean_personal_data(conn: asyncpg.Connection, *, settings: CleanerSett
                 deleted[what] += n
                 if n < settings.batch_size:
                     break
+            age = await age_of(conn, tenant=tenant.tenant)
+            if age is not None:
+                oldest[what] = max(age, oldest[what] or 0.0)
     for what, total in deleted.items():
         if total:
             metrics.CLEANER_DELETED.labels(what).inc(total)
             logger.info("Cleaner deleted %d %s past their tenant's retention", total, what)
+    for what, age in oldest.items():
+        if age is None:
+            with contextlib.suppress(KeyError):
+                metrics.CLEANER_OLDEST_AGE.remove(what)
+        else:
+            metrics.CLEANER_OLDEST_AGE.labels(what).set(age)
     return deleted
 
 

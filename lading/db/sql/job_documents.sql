@@ -26,3 +26,11 @@ WITH doomed AS (
     RETURNING 1
 )
 SELECT count(*)::bigint FROM marked;
+
+-- name: document_oldest_retained_age
+-- Retention's gauge: age in seconds since the oldest ended job of tenant $1 that still has its
+-- document ended (NULL when none), from extraction_jobs_document_retention (a min() on its
+-- (tenant, finished_at) order: one index probe).
+SELECT extract(epoch FROM clock_timestamp() - min(finished_at))::float8
+  FROM extraction_jobs
+ WHERE tenant = $1 AND finished_at IS NOT NULL AND document_deleted_at IS NULL;

@@ -48,3 +48,10 @@ WITH doomed AS (
     RETURNING 1
 )
 SELECT count(*)::bigint FROM marked;
+
+-- name: result_oldest_retained_age
+-- Retention's gauge: age in seconds since the oldest ended job of tenant $1 whose document went
+-- and whose result is still kept ended (NULL when none), from extraction_jobs_result_retention.
+SELECT extract(epoch FROM clock_timestamp() - min(finished_at))::float8
+  FROM extraction_jobs
+ WHERE tenant = $1 AND document_deleted_at IS NOT NULL AND result_deleted_at IS NULL;
