@@ -5,18 +5,17 @@
 -- transaction's start) and never a worker's clock.
 
 -- fragment: job_eligible
--- THE definition of an eligible job: one a claim could take now. Waiting (READY, or
--- RETRY_SCHEDULED), not suspended, due, inside its deadline and its attempt budget. Written
--- against alias `j` of extraction_jobs and included as {{job_eligible}} by the claim
--- (job_claim_batch), the gauges (job_oldest_eligible_age_by_pool), the scaler
--- (pool_scaling_load), KEDA's triggers (lading_operator.rendering) and the reports
--- (pool_status_report, batch_get_observed, tenant_queues_of_pool). Its first two terms are the
--- predicate of the claim index (extraction_jobs_fair_claimable, migration 0010), so every user
--- can read that index. "Now" is clock_timestamp(), the database clock when the row is read, as
--- every lease decision uses. (lading_claim_plan, migration 0010, states the same condition in
--- PL/pgSQL for its contenders' probe.)
-j.state IN ('READY', 'RETRY_SCHEDULED') AND NOT j.suspended
-AND j.available_at <= clock_timestamp() AND j.deadline_at > clock_timestamp() AND j.attempt < j.max_attempts
+-- An eligible job: one a claim could take now. Waiting (READY, or RETRY_SCHEDULED), not
+-- suspended, due, inside its deadline and its attempt budget. The condition itself is the
+-- database function lading_job_eligible (migration 0024), which lading_claim_plan's contenders'
+-- probe calls too; this fragment applies it to alias `j` of extraction_jobs and is included as
+-- {{job_eligible}} by the claim (job_claim_batch), the gauges (job_oldest_eligible_age_by_pool),
+-- the scaler (pool_scaling_load), KEDA's triggers (lading_operator.rendering) and the reports
+-- (pool_status_report, batch_get_observed, tenant_queues_of_pool). The planner inlines the
+-- function, so the condition's first two terms are still the predicate of the claim index
+-- (extraction_jobs_fair_claimable, migration 0010) and every user can read that index. "Now" is
+-- clock_timestamp(), the database clock when the row is read, as every lease decision uses.
+lading_job_eligible(j.state, j.suspended, j.available_at, j.deadline_at, j.attempt, j.max_attempts)
 
 -- name: job_allocate_ids
 SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);

@@ -84,8 +84,9 @@ def test_every_reader_of_eligible_jobs_uses_the_one_definition() -> None:
 
 
 def test_nothing_restates_what_an_eligible_job_is() -> None:
-    # The definition's tell: waiting states and the suspension flag side by side. Only the fragment
-    # says it; migrations are history and lading_claim_plan (0010) predates the fragment.
+    # The definition's tell: waiting states and the suspension flag side by side. No SQL file or
+    # module says it: the condition is the database function lading_job_eligible (migration 0024;
+    # migrations are history), and tests/integration/test_eligible_definition.py checks the schema.
     restated = re.compile(r"state\s+IN\s+\('READY',\s*'RETRY_SCHEDULED'\)\s+AND\s+NOT\s+(\w+\.)?suspended")
     sources = [*(ROOT / "lading" / "db" / "sql").glob("*.sql")]
     for component in ("lading", "operator", "worker", "cli"):
