@@ -46,7 +46,7 @@ import rich.table
 from lading_worker import running
 
 from lading import applying, errors
-from lading.db import batches, deliveries, embedded, migrating, spend
+from lading.db import batches, deliveries, embedded, migrating, reuse, spend
 from lading.db import pool as dbpool
 from lading.documents import manifest_lines
 from lading.jobs.states import JobState
@@ -279,6 +279,7 @@ async def _summary(
                     "total": snapshot.total,
                     "counts": {state.value: snapshot.counts[state] for state in JobState},
                     "delivered": await deliveries.count_delivered_of_batch(conn, batch_id=a.result.batch_id),
+                    "reused": await reuse.count_reused_of_batch(conn, batch_id=a.result.batch_id),
                     "settled": snapshot.done,
                     "cost": None if cost is None else cost.to_json(),
                     "started_at": _rfc3339(started_at),
