@@ -225,6 +225,8 @@ class BatchStatus:
     """When the batch was accepted."""
     age_s: float
     """Seconds since it was accepted."""
+    reused: int = 0
+    """Succeeded jobs that took an earlier accepted result instead of calling the model."""
 
     @property
     def settled(self) -> int:
@@ -247,6 +249,7 @@ async def batches_in_progress(conn: asyncpg.Connection, *, limit: int = BATCHES_
             counts=_counts(zip(r["states"], r["counts"], strict=True)),
             created_at=r["created_at"],
             age_s=max(r["age_s"], 0.0),
+            reused=r["reused"],
         )
         for r in rows
     ]
