@@ -59,7 +59,7 @@ import kopf
 import pydantic
 
 from lading import accepting, applying, errors, failpoints
-from lading.db import batches, deliveries, fairness, jobs, queue, registry
+from lading.db import batches, deliveries, fairness, jobs, queue, registry, reuse
 from lading.documents import fetching, manifest_lines
 from lading.ids import BatchId, PoolName, TenantName
 from lading.jobs.states import SETTLED, JobState
@@ -401,12 +401,13 @@ class Reconciler:
                 delivered = await deliveries.count_delivered_of_batch(conn, batch_id=current.batch_id)
                 endpoint_missing = not await registry.endpoint_exists(conn, name=current.endpoint)
             budget = await fairness.tenant_budget(conn, tenant=self.tenant)
+            reused = await reuse.count_reused_of_batch(conn, batch_id=current.batch_id)
         where = None
         if sum(n for s, n in current.counts.items() if s in SETTLED) < current.total and not suspend:
             where = await self._queue_position(self.tenant, batch_id=current.batch_id)
         desired = self.status_of(
             current, failures=failures, delivered=delivered, suspend=suspend, budget=budget,
-            endpoint_missing=endpoint_missing, where=where, priority_refused=priority_refused,
+            endpoint_missing=endpoint_missing, where=where, priority_refused=priority_refused, reused=reused,
         )  # fmt: skip
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
@@ -454,6 +455,7 @@ class Reconciler:
         endpoint_missing: bool = False,
         where: queue.QueuePosition | None = None,
         priority_refused: str | None = None,
+        reused: int | None = None,
     ) -> dict[str, Any]:
         c = current.counts
         generation = self.body.metadata.get("generation")
@@ -575,6 +577,7 @@ class Reconciler:
             failed=c[JobState.FAILED_TERMINAL],
             cancelled=c[JobState.CANCELLED],
             delivered=delivered,
+            reused=reused,
             oldest_eligible_age_seconds=int(current.oldest_eligible_s or 0),
             admitted_at=status.rfc3339(current.admitted_at),
             completed_at=completed_at,
