@@ -3,7 +3,8 @@ Result reuse by content digest (docs/reuse.md), with an in-process worker over r
 a provider that counts its calls: an accepted result of the tenant is taken instead of calling the
 model, across batches; never across tenants, nor for a changed byte, another model, a pool that
 judges otherwise (default currency), an opted-out batch or a tenant whose quota says
-`resultReuse: none`; a reviewer's approval makes a result reusable. (Duplicates in flight at once, across worker processes: tests/acceptance/test_reuse_processes.py.)
+`resultReuse: none`; a reviewer's approval makes a result reusable. (Duplicates in flight at once,
+across worker processes: tests/acceptance/test_reuse_processes.py.)
 """
 
 from __future__ import annotations
