@@ -68,6 +68,13 @@ LABEL_KEY_PATTERN = (
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+CPU_QUANTITY_PATTERN = r"^([0-9]+m|[0-9]+(\.[0-9]{1,3})?)$"
+"""CPUs as Kubernetes writes them: whole or decimal cores (`4`, `0.5`) or millicores (`500m`)."""
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+VLLM_RENDERED_ARGS = frozenset({"--host", "--port", "--served-model-name", "--tensor-parallel-size"})
+"""`vllm serve` flags the operator renders itself: the Service and the workers depend on them."""
+VLLM_RENDERED_ENV = frozenset({"HF_HOME", "HF_TOKEN", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"})
+"""Environment variables of the vLLM container the operator renders itself."""
 DECIMAL_AMOUNT_PATTERN = costing.DECIMAL_PATTERN
 """A price or an amount of money as a decimal string (`"0.15"`, `"500.00"`): exact, never a float."""
 
@@ -125,7 +132,7 @@ RETRY_MAX_ATTEMPTS_DEFAULT = 12
 """With backoff, enough attempts to ride out an ERP maintenance window; maxAgeSeconds bounds the time."""
 RETRY_MAX_AGE_S_DEFAULT = 86_400
 """One day; after that the delivery goes terminal and needs a human."""
-VLLM_IMAGE_DEFAULT = "vllm/vllm-openai:v0.8.5"
+VLLM_IMAGE_DEFAULT = "vllm/vllm-openai:v0.19.1"
 """Pinned, never `latest`: an image change restarts every model server."""
 GPU_MEMORY_UTILIZATION_DEFAULT = 0.9
 """vLLM's own default."""
@@ -578,6 +585,148 @@ class VllmSettings(_Spec):
         description="Taints the vLLM pods tolerate. Unset: the usual GPU node taint "
         "(nvidia.com/gpu, Exists, NoSchedule).",
     )
+    resources: VllmResources = pydantic.Field(
+        default_factory=lambda: VllmResources(),
+        description="CPU, memory and ephemeral-storage requests of the vLLM container (its GPUs are `gpus`).",
+    )
+    extra_args: list[Annotated[str, pydantic.StringConstraints(min_length=1, max_length=1024,
+                                                           pattern=STORABLE_TEXT_PATTERN)]] | None = (
+        pydantic.Field(
+            default=None,
+            max_length=64,
+            description="More `vllm serve` arguments, after the rendered ones, e.g. [--enable-prefix-caching, "
+            "--kv-cache-dtype, fp8]. --host, --port, --served-model-name and --tensor-parallel-size are the "
+            "operator's and refused.",
+        )
+    )
+    env: list[EnvVar] | None = pydantic.Field(
+        default=None,
+        max_length=64,
+        description="More environment variables of the vLLM container (a value, or a key of a Secret in the "
+        "pool's namespace). HF_HOME, HF_TOKEN, VLLM_NO_USAGE_STATS and DO_NOT_TRACK are the operator's and refused.",
+    )
+    runtime_class_name: DnsSubdomain | None = pydantic.Field(
+        default=None, description="RuntimeClass of the vLLM pods, e.g. nvidia. Unset: the cluster's default."
+    )
+    priority_class_name: DnsSubdomain | None = pydantic.Field(
+        default=None,
+        description="PriorityClass of the vLLM pods, e.g. one that may preempt batch work for scarce GPUs.",
+    )
+    affinity: Affinity | None = pydantic.Field(
+        default=None,
+        description="Node affinity of the vLLM pods, as in a pod spec: required and preferred node selector "
+        "terms (e.g. GPU products a model fits on). Combines with nodeSelector.",
+    )
+
+    @pydantic.field_validator("extra_args")
+    @classmethod
+    def _no_rendered_args(cls, value: list[str] | None) -> list[str] | None:
+        for arg in value or []:
+            flag = arg.split("=", 1)[0]
+            if flag in VLLM_RENDERED_ARGS:
+                raise ValueError(f"extraArgs: {flag} is rendered by the operator (the Service depends on it)")
+        return value
+
+    @pydantic.field_validator("env")
+    @classmethod
+    def _no_rendered_env(cls, value: list[EnvVar] | None) -> list[EnvVar] | None:
+        names = [variable.name for variable in value or []]
+        for name in names:
+            if name in VLLM_RENDERED_ENV:
+                raise ValueError(f"env: {name} is rendered by the operator")
+            if names.count(name) > 1:
+                raise ValueError(f"env: {name} is given twice")
+        return value
+
+
+class VllmResources(_Spec):
+    """Requests of the vLLM container besides its GPUs. Unset: none (the scheduler then places a pod on
+    any node with a free GPU, however little CPU or memory it has left)."""
+
+    cpu: str | None = pydantic.Field(
+        default=None, max_length=32, pattern=CPU_QUANTITY_PATTERN, description="CPU request, e.g. 8 or 7500m."
+    )
+    memory: str | None = pydantic.Field(
+        default=None, max_length=32, pattern=QUANTITY_PATTERN, description="Memory request, e.g. 64Gi."
+    )
+    ephemeral_storage: str | None = pydantic.Field(
+        default=None,
+        max_length=32,
+        pattern=QUANTITY_PATTERN,
+        description="Ephemeral-storage request, e.g. 120Gi when the model cache is an emptyDir on the node's disk.",
+    )
+
+
+class EnvVar(_Spec):
+    """An environment variable: a value, or a key of a Secret in the pool's namespace."""
+
+    name: str = pydantic.Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str | None = pydantic.Field(
+        default=None, max_length=32 * 1024, pattern=STORABLE_TEXT_PATTERN, description="Literal value."
+    )
+    value_from: EnvVarSource | None = pydantic.Field(default=None, description="Where the value comes from.")
+
+    @pydantic.model_validator(mode="after")
+    def _value_or_source(self) -> EnvVar:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"env {self.name}: give exactly one of value and valueFrom")
+        return self
+
+
+class Affinity(_Spec):
+    """The scheduling affinity of the vLLM pods (Kubernetes `Affinity`, node affinity only)."""
+
+    node_affinity: NodeAffinity = pydantic.Field(description="Nodes the vLLM pods must or should run on.")
+
+
+class NodeAffinity(_Spec):
+    """Kubernetes `NodeAffinity`: hard requirements and weighted preferences on node labels."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = pydantic.Field(
+        default=None, description="A node must match one of these terms."
+    )
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = pydantic.Field(
+        default=None, max_length=16, description="Nodes matching these terms are preferred, by weight."
+    )
+
+
+class NodeSelector(_Spec):
+    """Terms ORed: a node matching any of them qualifies."""
+
+    node_selector_terms: list[NodeSelectorTerm] = pydantic.Field(min_length=1, max_length=16, description="Terms.")
+
+
+class PreferredSchedulingTerm(_Spec):
+    """A preference for nodes matching `preference`, weighted 1 to 100."""
+
+    weight: int = pydantic.Field(ge=1, le=100, description="Weight of this preference (1 to 100).")
+    preference: NodeSelectorTerm = pydantic.Field(description="The nodes preferred.")
+
+
+class NodeSelectorTerm(_Spec):
+    """Requirements ANDed."""
+
+    match_expressions: list[NodeSelectorRequirement] = pydantic.Field(
+        min_length=1, max_length=16, description="Requirements on node labels, all of which must hold."
+    )
+
+
+class NodeSelectorRequirement(_Spec):
+    """A requirement on one node label."""
+
+    key: LabelKey = pydantic.Field(description="The label key, e.g. nvidia.com/gpu.product.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = pydantic.Field(
+        description="In, NotIn, Exists, DoesNotExist, Gt or Lt."
+    )
+    values: list[LabelValue] | None = pydantic.Field(
+        default=None, max_length=64, description="Values for In and NotIn (one number for Gt and Lt)."
+    )
+
+
+class EnvVarSource(_Spec):
+    """The source of an environment variable's value."""
+
+    secret_key_ref: SecretKeyRef = pydantic.Field(description="A key of a Secret in the pool's namespace.")
 
 
 class ModelCache(_Spec):

@@ -256,6 +256,15 @@ KINDS: tuple[KindSpec, ...] = (
                     "message": "a toleration with operator Exists takes no value",
                 },
             ),
+            ("spec", "vllm", "env", "[]"): (
+                {
+                    "rule": "has(self.value) != has(self.valueFrom)",
+                    "message": "give exactly one of value and valueFrom",
+                },
+            ),
+        },
+        extensions={
+            ("spec", "vllm", "env"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
         },
     ),
     KindSpec(

@@ -393,7 +393,20 @@ def vllm_args(pool: specs.InferencePool) -> list[str]:
         args += ["--max-num-batched-tokens", str(engine.max_num_batched_tokens)]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
-    return args
+    return args + list(vllm.extra_args or [])
+
+
+def _vllm_resources(vllm: specs.VllmSettings) -> dict[str, Any]:
+    """GPUs as a limit (an extended resource's request equals it), CPU, memory and ephemeral storage as
+    requests when set: no CPU or memory limit, so the engine is never throttled or OOM-killed below the
+    node's capacity."""
+    requested = {"cpu": vllm.resources.cpu, "memory": vllm.resources.memory,
+                 "ephemeral-storage": vllm.resources.ephemeral_storage}  # fmt: skip
+    resources: dict[str, Any] = {"limits": {GPU_RESOURCE: str(vllm.gpus)}}
+    requests = {name: value for name, value in requested.items() if value is not None}
+    if requests:
+        resources["requests"] = requests
+    return resources
 
 
 def _toleration(toleration: specs.Toleration) -> dict[str, Any]:
@@ -419,6 +432,10 @@ def vllm_deployment(
     ]
     if vllm.hf_token_secret_ref is not None:
         env.append(_secret_env("HF_TOKEN", vllm.hf_token_secret_ref))
+    for variable in vllm.env or []:
+        source = variable.value_from
+        env.append(_secret_env(variable.name, source.secret_key_ref) if source is not None
+                   else {"name": variable.name, "value": variable.value})  # fmt: skip
     cache_volume: dict[str, Any]
     if vllm.model_cache.claim_name is not None:
         cache_volume = {"name": "model-cache", "persistentVolumeClaim": {"claimName": vllm.model_cache.claim_name}}
@@ -433,7 +450,7 @@ def vllm_deployment(
         "args": vllm_args(pool),
         "env": env,
         "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-        "resources": {"limits": {GPU_RESOURCE: str(vllm.gpus)}},
+        "resources": _vllm_resources(vllm),
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "model-cache", "mountPath": VLLM_CACHE_MOUNT},
@@ -458,6 +475,12 @@ def vllm_deployment(
     }
     if vllm.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(vllm.node_selector.items()))
+    if vllm.affinity is not None:
+        pod_spec["affinity"] = vllm.affinity.model_dump(by_alias=True, exclude_none=True)
+    if vllm.runtime_class_name is not None:
+        pod_spec["runtimeClassName"] = vllm.runtime_class_name
+    if vllm.priority_class_name is not None:
+        pod_spec["priorityClassName"] = vllm.priority_class_name
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

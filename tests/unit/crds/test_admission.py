@@ -249,6 +249,12 @@ CEL_CROSS_FIELD = [
         "maxNumBatchedTokens must be at least maxNumSeqs",
     ),
     (
+        "vllm env with a value and a source",
+        _with(VLLM_POOL, "vllm", {"env": [{"name": "A", "value": "1",
+                                           "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}),
+        "give exactly one of value and valueFrom",
+    ),
+    (
         "toleration Exists with a value",
         _with(VLLM_POOL, "vllm", {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "x"}]}),
         "a toleration with operator Exists takes no value",
@@ -431,6 +437,7 @@ VALIDATORS_RESTATED_IN_CEL = {
     "EngineArgs._batched_tokens_cover_sequences": "maxNumBatchedTokens must be at least maxNumSeqs",
     "WorkerSettings._max_covers_min": "maxReplicas must be at least minReplicas",
     "Toleration._no_value_with_exists": "a toleration with operator Exists takes no value",
+    "EnvVar._value_or_source": "give exactly one of value and valueFrom",
     "ExtractionBatchSpec._not_both_sources": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._some_source": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._unique_keys": "characters of text in all",
@@ -442,6 +449,8 @@ VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
     "ExtractionBatchSpec._unique_keys": "x-kubernetes-list-type: map keyed by key (total size: CEL above)",
     "InlineDocument._key_segments": "code only: '.'/'..' segments (the pattern bounds the alphabet)",
     "InlineDocument._text_size": "code only: UTF-8 bytes (maxLength bounds characters)",
+    "VllmSettings._no_rendered_args": "code only: the operator's own vllm serve flags, also as --flag=value",
+    "VllmSettings._no_rendered_env": "code only: the operator's own variables; duplicates: list-type map by name",
 }
 
 
