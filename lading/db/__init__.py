@@ -35,6 +35,15 @@ Repositories, by table (queries in sql/<file>)
     retention.py       the cleaner's deletes, one per table, next to the index each walks
                                                                 (in each table's file)
     catalog.py         the catalog: whether a table exists, every table's size  catalog.sql
+    submissions.py     document_submissions: single documents' idempotency   document_submissions.sql
+    api_tokens.py      api_tokens: the HTTP intake's bearer tokens (digests)  api_tokens.sql
+    api_requests.py    api_requests: the HTTP intake's idempotency record     api_requests.sql
+
+By reader (over other tables' rows)
+    reuse.py           result reuse: resolve, finish the jobs that took one    jobs.sql
+    spend.py           what model calls cost, read back         tenant_spend.sql, attempts.sql,
+                                                                batches.sql
+    api_views.py       what the HTTP intake reads               api_views.sql
 
 Reports for people (`lading jobs`, `lading status`) are the `*_report` queries, each read by the
 repository of its table; `backlogs.py` holds what they share (a queue's size and oldest age).

@@ -13,8 +13,10 @@ The worker process package: every background loop of Lading's data plane, wired 
     relaying.py      OutboxRelay: committed outbox rows -> RabbitMQ, with publisher confirms
     consuming.py     IngressConsumer: RabbitMQ -> the durable inbox, ack after commit
     broker.py        BrokerConfig: the relay and consumer as named loops (`lading relay` runs them alone)
+    cleaning.py      Cleaner: deletes rows past their retention, in one elected worker
 
 Every loop has the shape of `lading.looping` (run_once, wait or stop, back off). The library
-they build on (state machines, repositories, message formats, signing, egress, the limiter and
-the gauges) is the core, `lading`; this package never holds SQL of its own.
+they build on (state machines, repositories, message formats, signing, egress, the limiter) is
+the core, `lading`; the gauge refresher and the election it shares with the cleaner are
+`lading_elected`, which the operator runs too. This package never holds SQL of its own.
 """
