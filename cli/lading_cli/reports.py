@@ -31,7 +31,7 @@ import rich.table
 import rich.text
 
 from lading import ids
-from lading.db import backlogs, catalog, job_documents, jobs, outbox, queue, registry, results
+from lading.db import backlogs, catalog, job_documents, jobs, outbox, queue, registry, results, spend
 from lading.db import batches as db_batches
 from lading.db import pool as dbpool
 from lading.jobs import states
@@ -131,6 +131,8 @@ class _Shown:
     result: results.JobResult | None
     events: list[outbox.EventSummary]
     document: str | None
+    costs: spend.JobCosts | None = None
+    """What the job and each attempt cost (absent for an unpriced pool's job)."""
 
 
 def show_job(args: argparse.Namespace) -> int:
@@ -148,6 +150,7 @@ def show_job(args: argparse.Namespace) -> int:
             result=await results.result_of(conn, job_id=job_id),
             events=await outbox.events_of(conn, job_id=job_id),
             document=await job_documents.document_of(conn, job_id=job_id) if args.show_document else None,
+            costs=await spend.job_costs(conn, job_id=job_id),
         )
 
     shown = asyncio.run(_read(args.database_url, read))
@@ -169,6 +172,7 @@ class _Status:
     outbox: backlogs.Backlog
     stale: int
     tables: list[catalog.TableSize]
+    tenants_spend: list[spend.TenantSpend] = dataclasses.field(default_factory=list)
     positions: dict[ids.BatchId, queue.QueuePosition] = dataclasses.field(default_factory=dict)
     """Queue position and ETA of each batch in progress (`lading.db.queue.position`)."""
 
@@ -190,6 +194,7 @@ def status(args: argparse.Namespace) -> int:
             outbox=await outbox.outbox_backlog(conn),
             stale=await jobs.stale_completions(conn),
             tables=await catalog.table_sizes(conn),
+            tenants_spend=await spend.tenants_spend(conn),
         )
         return dataclasses.replace(overview, positions=await _positions(conn, overview.batches))
 
@@ -270,6 +275,7 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
             "last_error": job.last_error,
             "document_deleted_at": common.rfc3339(job.document_deleted_at),
             "result_deleted_at": common.rfc3339(job.result_deleted_at),
+            "cost": _cost_json(None if shown.costs is None else shown.costs.total),
         },
         "attempts": [
             {
@@ -284,6 +290,7 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
                 "tokens_in": a.tokens_in,
                 "tokens_out": a.tokens_out,
                 "latency_ms": a.latency_ms,
+                "cost": _cost_json(None if shown.costs is None else shown.costs.by_fence.get(a.fence)),
             }
             for a in shown.attempts
         ],
@@ -348,7 +355,23 @@ def _status_json(overview: _Status) -> dict[str, Any]:
         "outbox": _backlog_json(overview.outbox, size="unpublished"),
         "stale_completions_last_hour": overview.stale,
         "tables": [{"name": t.name, "rows_estimate": t.rows_estimate, "bytes": t.bytes} for t in overview.tables],
+        "spend": [
+            {
+                "tenant": s.tenant,
+                "currency": s.currency,
+                "today": spend.amount(s.today),
+                "this_month": spend.amount(s.this_month),
+                "daily_budget": None if s.daily is None else spend.amount(s.daily),
+                "monthly_budget": None if s.monthly is None else spend.amount(s.monthly),
+                "claims_stopped": s.claims_stopped,
+            }
+            for s in overview.tenants_spend
+        ],
     }
+
+
+def _cost_json(cost: spend.Cost | None) -> dict[str, str] | None:
+    return None if cost is None else cost.to_json()
 
 
 def _backlog_json(backlog: backlogs.Backlog, *, size: str) -> dict[str, Any]:
@@ -444,6 +467,7 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
         ("updated", common.text(_when(job.updated_at, job.as_of))),
         ("finished", common.text(_when(job.finished_at, job.as_of))),
         ("last error", common.text(_error(job.last_error_class, job.last_error))),
+        ("cost", common.text(_cost_text(None if shown.costs is None else shown.costs.total))),
     ):
         grid.add_row(label, value)
     console.print(grid)
@@ -452,8 +476,8 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
     if shown.attempts:
         attempts = _table(
             "Attempts",
-            ("fence", "attempt", "worker", "started", "took", "outcome", "error", "tokens in/out", "latency"),
-            right=("fence", "attempt", "started", "took", "tokens in/out", "latency"),
+            ("fence", "attempt", "worker", "started", "took", "outcome", "error", "tokens in/out", "latency", "cost"),
+            right=("fence", "attempt", "started", "took", "tokens in/out", "latency", "cost"),
             whole=("fence", "attempt", "started", "took", "latency"),
         )
         for a in shown.attempts:
@@ -469,6 +493,7 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
                 common.text(_error(a.error_class, a.error)),
                 common.text(f"{_dash(a.tokens_in)}/{_dash(a.tokens_out)}"),
                 common.text(None if a.latency_ms is None else f"{a.latency_ms} ms"),
+                common.text(_cost_text(None if shown.costs is None else shown.costs.by_fence.get(a.fence))),
             )
         console.print(attempts)
     else:
@@ -523,6 +548,10 @@ def _error(error_class: str | None, error: str | None) -> str | None:
     if error_class is None and error is None:
         return None
     return ": ".join(part for part in (error_class, error) if part)
+
+
+def _cost_text(cost: spend.Cost | None) -> str | None:
+    return None if cost is None else f"{spend.amount(cost.amount)} {cost.currency}"
 
 
 def _position(overview: _Status, batch_id: ids.BatchId) -> int | None:
@@ -580,6 +609,20 @@ def _print_status(overview: _Status) -> None:
     console.print(common.text(f"review queue:      {overview.review.size} waiting" + _oldest(overview.review)))
     console.print(common.text(f"outbox:            {overview.outbox.size} unpublished" + _oldest(overview.outbox)))
     console.print(common.text(f"stale completions: {overview.stale} in the last hour", "red" if overview.stale else ""))
+    if overview.tenants_spend:
+        console.print()
+        spent = _table("Spend (UTC)", ("tenant", "currency", "today", "this month", "budget", "claims"),
+                       right=("today", "this month", "budget"))  # fmt: skip
+        for s in overview.tenants_spend:
+            limits = ((s.daily, "a day"), (s.monthly, "a month"))
+            budget = " / ".join(f"{spend.amount(v)} {label}" for v, label in limits if v is not None)
+            stopped = s.claims_stopped
+            spent.add_row(
+                common.text(s.tenant), common.text(s.currency), common.text(spend.amount(s.today)),
+                common.text(spend.amount(s.this_month)), common.text(budget or None),
+                common.text("stopped: budget spent" if stopped else "running", "red" if stopped else ""),
+            )  # fmt: skip
+        console.print(spent)
     console.print(common.text("tables (rows estimated): " + ", ".join(
         f"{t.name} {t.rows_estimate} rows {t.bytes // 1024} KiB" for t in overview.tables[:8]
     )))

@@ -59,13 +59,13 @@ import kopf
 import pydantic
 
 from lading import accepting, applying, errors, failpoints
-from lading.db import batches, deliveries, fairness, jobs, queue, registry, reuse
+from lading.db import batches, deliveries, fairness, jobs, queue, registry, reuse, spend
 from lading.documents import fetching, manifest_lines
 from lading.ids import BatchId, PoolName, TenantName
 from lading.jobs.states import SETTLED, JobState
 from lading.models import specs
 from lading.settings import DocumentSettings
-from lading_operator import conditions, events, reconciling, runtime, status
+from lading_operator import budgets, conditions, events, reconciling, runtime, status
 
 logger = logging.getLogger("lading.operator.batches")
 
@@ -401,13 +401,15 @@ class Reconciler:
                 delivered = await deliveries.count_delivered_of_batch(conn, batch_id=current.batch_id)
                 endpoint_missing = not await registry.endpoint_exists(conn, name=current.endpoint)
             budget = await fairness.tenant_budget(conn, tenant=self.tenant)
+            cost = await spend.batch_cost(conn, batch_id=current.batch_id)
             reused = await reuse.count_reused_of_batch(conn, batch_id=current.batch_id)
         where = None
         if sum(n for s, n in current.counts.items() if s in SETTLED) < current.total and not suspend:
             where = await self._queue_position(self.tenant, batch_id=current.batch_id)
         desired = self.status_of(
             current, failures=failures, delivered=delivered, suspend=suspend, budget=budget,
-            endpoint_missing=endpoint_missing, where=where, priority_refused=priority_refused, reused=reused,
+            endpoint_missing=endpoint_missing, where=where, priority_refused=priority_refused, cost=cost,
+            reused=reused,
         )  # fmt: skip
         await self._write(desired, volatile_only=self._volatile_only(desired))
         if failures is not None:
@@ -455,6 +457,7 @@ class Reconciler:
         endpoint_missing: bool = False,
         where: queue.QueuePosition | None = None,
         priority_refused: str | None = None,
+        cost: spend.Cost | None = None,
         reused: int | None = None,
     ) -> dict[str, Any]:
         c = current.counts
@@ -541,15 +544,12 @@ class Reconciler:
                 message=self._summary(current) if failed else (priority_refused or ""), generation=generation,
             ),
         ]  # fmt: skip
-        if budget is not None and budget.budget is not None:
-            spent = f"tenant {self.tenant} used {budget.used} of {budget.budget} tokens today"
-            waits = f"{spent}; jobs wait until {status.rfc3339(budget.resets_at)}"
+        spent = None if budget is None else budgets.state(budget, tenant=str(self.tenant))
+        if spent is not None:
             conds.append(
                 conditions.condition(
-                    previous, type=conditions.BUDGET_EXHAUSTED, value=budget.exhausted and not settled,
-                    reason=conditions.DAILY_TOKEN_BUDGET_SPENT if budget.exhausted else conditions.WITHIN_BUDGET,
-                    message=waits if budget.exhausted else spent,
-                    generation=generation,
+                    previous, type=conditions.BUDGET_EXHAUSTED, value=spent.exhausted and not settled,
+                    reason=spent.reason, message=spent.message, generation=generation,
                 )
             )  # fmt: skip
         recent: list[status.RecentFailure] | None = None
@@ -578,6 +578,7 @@ class Reconciler:
             cancelled=c[JobState.CANCELLED],
             delivered=delivered,
             reused=reused,
+            cost=None if cost is None else budgets.money(cost.amount, cost.currency),
             oldest_eligible_age_seconds=int(current.oldest_eligible_s or 0),
             admitted_at=status.rfc3339(current.admitted_at),
             completed_at=completed_at,
