@@ -345,6 +345,7 @@ BATCH_CHANGES_FORBIDDEN = [
     ("pool namespace", _with(BATCH, "-inferencePoolRef.namespace", None), "inferencePoolRef is immutable"),
     ("deadline", _with(BATCH, "deadlineSeconds", 600), "deadlineSeconds is immutable"),
     ("validation policy", _with(BATCH, "validationPolicy", "invoice-lenient-v1"), "validationPolicy is immutable"),
+    ("result reuse turned off", _with(BATCH, "reuse", False), "reuse is immutable"),
     (
         "delivery endpoint added",
         _with(BATCH, "deliveryEndpointRef", {"name": "erp"}),
