@@ -16,8 +16,9 @@ import pytest
 from lading_worker import running
 
 from lading import accepting, reviewing
-from lading.db import registry
-from lading.ids import JobId, PoolName, TenantName
+from lading.db import jobs, registry
+from lading.db import reuse as reuse_db
+from lading.ids import JobId, PoolName, TenantName, WorkerId
 from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from lading_demo import builtin, generator
@@ -177,3 +178,25 @@ async def test_a_result_deleted_by_retention_is_not_taken(
     again = await _run(db, dbpool, _request("again", [CLEAN[0].text]), provider)
     assert (again[0]["reused_from"] is None) is deleted
     assert len(provider.calls) == (2 if deleted else 1)
+
+
+async def test_a_duplicate_waits_for_the_running_one_only_while_its_deadline_leaves_room(
+        db: asyncpg.Connection
+) -> None:
+    await _seed(db)
+    accepted = await accepting.accept_batch(db, _request("copies", [CLEAN[0].text] * 3))
+    claimed = await jobs.claim_batch(
+        db, pool=PoolName(factories.POOL), worker_id=WorkerId("w1"), limit=3, lease_ttl_s=30
+    )
+    first, second, hurried = sorted(accepted.job_ids)
+    await db.execute("UPDATE extraction_jobs SET deadline_at = clock_timestamp() + interval '10 s' WHERE id = $1",
+                     hurried)
+    decisions = await reuse_db.resolve(
+        db, [(j.id, j.fence) for j in claimed], worker_id=WorkerId("w1"), model="m", prompt_version="p",
+        judging="", wait_margin_s=60,
+    )  # fmt: skip
+    assert decisions[first] == reuse_db.LEAD
+    assert (decisions[second].kind, decisions[second].other_job) == (reuse_db.Kind.WAIT, first)
+    assert decisions[hurried] == reuse_db.LEAD  # no time to wait: it calls the model itself
+    marked = await db.fetch("SELECT id FROM extraction_jobs WHERE reuse_key IS NOT NULL ORDER BY id")
+    assert [r["id"] for r in marked] == [first, hurried]  # nobody waits for a waiting job
