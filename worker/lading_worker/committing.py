@@ -5,7 +5,9 @@ Each attempt awaits its own verdict (applied, or stale and discarded), so the
 per-attempt semantics stay exact while the round trips are shared: at high throughput
 one statement commits up to `commit_batch_size` attempts with their attempt, result and
 outbox rows. If the database is unreachable the batch is retried; leases that expire
-meanwhile make those completions stale, never double-applied.
+meanwhile make those completions stale, never double-applied. Attempts that took an earlier
+accepted result (`transitions.reused`, docs/reuse.md) are applied by their own statement in the
+same round (`reuse.finish_reused_many`), with the same compare-and-set.
 
 A data error is not unavailability: a value PostgreSQL cannot store (lading.storable) fails
 the statement for the whole group, and retrying it would fail for ever while the heartbeater
