@@ -141,6 +141,12 @@ DELIVERIES_WAITING_FOR_ENDPOINT = prom.Gauge(
     "(from the database; alarm when > 0)",
     ["tenant"],
 )
+TENANT_BUDGET_EXHAUSTED = prom.Gauge(
+    "lading_tenant_budget_exhausted",
+    "1 while a budget of the tenant (TenantQuota spec.budget per month or day, or dailyTokenBudget) is spent "
+    "and its claims stop, else 0; only tenants with a budget (from the database)",
+    ["tenant"],
+)
 GAUGE_REFRESHES = prom.Counter(
     "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
 )

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from lading import metrics
-from lading.db import deliveries, jobs, outbox, registry
+from lading.db import deliveries, fairness, jobs, outbox, registry
 from lading_elected import election
 
 ELECTION_LOCK_KEY = 0x6C6164696E67  # "lading": the advisory lock key of the gauge election
@@ -100,6 +100,7 @@ async def refresh(conn: asyncpg.Connection) -> None:
         outbox_backlog = await outbox.backlog_summary(conn)
         pools = await registry.pool_flags(conn)
         no_endpoint = await deliveries.count_waiting_for_endpoint_by_tenant(conn)
+        budgets = await fairness.budgets_exhausted(conn)
     _replace(metrics.JOBS_BY_STATE, {
         (pool, tenant, state.value): float(n) for (pool, tenant, state), n in by_state.items()
     })
@@ -107,6 +108,7 @@ async def refresh(conn: asyncpg.Connection) -> None:
     _replace(metrics.POOL_PAUSED, {(p.pool,): float(p.paused) for p in pools})
     _replace(metrics.POOL_COOLING, {(p.pool,): float(p.cooling) for p in pools})
     _replace(metrics.DELIVERIES_WAITING_FOR_ENDPOINT, {(tenant,): float(n) for tenant, n in no_endpoint.items()})
+    _replace(metrics.TENANT_BUDGET_EXHAUSTED, {(tenant,): float(spent) for tenant, spent in budgets.items()})
     metrics.REVIEW_QUEUE_SIZE.set(review.size)
     metrics.REVIEW_QUEUE_OLDEST_AGE.set(review.oldest_age_s)
     metrics.OUTBOX_UNPUBLISHED.set(outbox_backlog.unpublished)

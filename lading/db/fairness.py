@@ -131,6 +131,12 @@ async def tenant_budget_exhausted(conn: asyncpg.Connection, tenant: TenantName) 
     return budget is not None and budget.claims_stopped
 
 
+async def budgets_exhausted(conn: asyncpg.Connection) -> dict[TenantName, bool]:
+    """Every tenant with a budget, and whether a spent budget stops its claims now."""
+    rows = await conn.fetch(queries.sql("tenant_list_budget_exhausted"))
+    return {TenantName(r["name"]): bool(r["exhausted"]) for r in rows}
+
+
 async def shares_of_pool(conn: asyncpg.Connection, *, pool: PoolName, limit: int = MAX_SHARES) -> list[TenantShare]:
     rows = await conn.fetch(queries.sql("tenant_queues_of_pool"), pool, min(limit, MAX_SHARES))
     return [

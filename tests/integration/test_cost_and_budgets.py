@@ -137,6 +137,7 @@ async def test_a_spent_money_budget_stops_only_that_tenants_claims_until_raised_
     assert (budget.money.daily_spent, budget.money.monthly_spent, budget.claims_stopped) == (True, False, True)
     assert budget.money.resets_at == budget.money.day_resets_at
     assert await _planned(db) == {"other"}
+    assert await fairness.budgets_exhausted(db) == {metered: True}  # the gauge the alert rule watches
     rest = await jobs.claim_batch(db, pool=POOL, worker_id=WORKER, limit=50, lease_ttl_s=600)
     assert {j.tenant for j in rest} == {"other"}
     states = collections.Counter(

@@ -87,6 +87,14 @@ SELECT t.name AS tenant, t.daily_token_budget AS budget, coalesce(u.tokens, 0)::
     ON t.budget_currency IS NOT NULL
  WHERE t.name = $1;
 
+-- name: tenant_list_budget_exhausted
+-- Every tenant with a budget (money or daily tokens), by name, and whether a spent budget stops its
+-- claims now (lading_tenant_budget_left, the claim plan's own test). For the gauges.
+SELECT name, NOT lading_tenant_budget_left(name, clock_timestamp()) AS exhausted
+  FROM tenants
+ WHERE budget_currency IS NOT NULL OR daily_token_budget IS NOT NULL
+ ORDER BY name;
+
 -- name: tenant_list_retention
 -- Tenants whose TenantQuota sets spec.retention: days after a job ends that its document text
 -- ($documents_days) and result ($results_days) are kept (NULL: kept). For the cleaner.

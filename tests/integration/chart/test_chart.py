@@ -260,6 +260,7 @@ def test_non_default_parts() -> None:
         "LadingDeliveryFailing",
         "LadingWorkerLeasesLostSpiking",
         "LadingPoolCoolingDown",
+        "LadingTenantBudgetExhausted",
     } <= alerts
     assert {"ServiceMonitor", "PodMonitor"} <= {document["kind"] for document in objects(NON_DEFAULT)}
 
