@@ -140,6 +140,7 @@ def _clear() -> None:
     metrics.POOL_PAUSED.clear()
     metrics.POOL_COOLING.clear()
     metrics.DELIVERIES_WAITING_FOR_ENDPOINT.clear()
+    metrics.TENANT_BUDGET_EXHAUSTED.clear()
     _published.clear()
     for gauge in (metrics.REVIEW_QUEUE_SIZE, metrics.REVIEW_QUEUE_OLDEST_AGE, metrics.OUTBOX_UNPUBLISHED,
                   metrics.OUTBOX_BACKLOG_OLDEST_AGE):
