@@ -5,12 +5,15 @@
 #
 # What it does: creates a kind cluster, builds the Lading image and loads it into the cluster,
 # installs PostgreSQL and RabbitMQ (plain single-replica manifests, for testing only), installs
-# the Helm chart (CRDs included), applies examples/quickstart.yaml (the builtin offline model,
-# 200 synthetic invoices) and waits for the batch's Complete condition.
+# the Helm chart (CRDs included) with the reference receiver and the workers allowed to reach the
+# cluster's Service range, applies README's cluster path (examples/cluster/: tenant, builtin pool,
+# endpoint at the in-cluster receiver, batch, in that order) and waits for the batch's Complete
+# and then Delivered conditions: every result extracted and accepted by the receiver.
 #
 # Needs: docker, kind, kubectl; helm (.venv/tools/helm is used when present, see `make test`).
 # Environment: KIND_CLUSTER (default lading-e2e), IMAGE (default ghcr.io/lading-dev/lading:e2e),
-# TIMEOUT (kubectl wait timeout, default 15m), DELETE_CLUSTER=1 to delete the cluster at the end.
+# TIMEOUT (kubectl wait timeout, default 15m), SERVICE_RANGE (the cluster's Service CIDR, default
+# kind's 10.96.0.0/12), DELETE_CLUSTER=1 to delete the cluster at the end.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 CLUSTER="${KIND_CLUSTER:-lading-e2e}"
 IMAGE="${IMAGE:-ghcr.io/lading-dev/lading:e2e}"
 TIMEOUT="${TIMEOUT:-15m}"
+SERVICE_RANGE="${SERVICE_RANGE:-10.96.0.0/12}"
 NAMESPACE=lading-system
 HELM="${LADING_HELM:-.venv/tools/helm}"
 [[ -x "$HELM" ]] || HELM="$(command -v helm || true)"
@@ -112,6 +116,12 @@ k create secret generic lading-amqp -n "$NAMESPACE" \
     --from-literal=url="amqp://lading:lading-e2e@rabbitmq.$NAMESPACE.svc:5672/" --dry-run=client -o yaml | k apply -f -
 k rollout status -n "$NAMESPACE" deployment/postgres --timeout=180s
 k rollout status -n "$NAMESPACE" deployment/rabbitmq --timeout=300s
+# The reference receiver keeps its inbox in a database of its own.
+k exec -n "$NAMESPACE" deployment/postgres -- sh -c 'psql -U lading -tAc "SELECT 1 FROM pg_database WHERE datname = '"'"'erp'"'"'" | grep -q 1 || createdb -U lading erp'
+k create secret generic erp-database -n "$NAMESPACE" \
+    --from-literal=url="postgresql://lading:lading-e2e@postgres.$NAMESPACE.svc:5432/erp" --dry-run=client -o yaml | k apply -f -
+k create secret generic erp-signing -n "$NAMESPACE" \
+    --from-literal=secrets=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw --dry-run=client -o yaml | k apply -f -
 
 echo "==> Helm chart"
 "$HELM" upgrade --install lading charts/lading \
@@ -121,15 +131,22 @@ echo "==> Helm chart"
     --set database.url="postgresql://lading:lading-e2e@postgres.$NAMESPACE.svc:5432/lading" \
     --set amqp.secretName=lading-amqp \
     --set relay.enabled=true \
+    --set receiver.enabled=true --set receiver.database.secretName=erp-database \
+    --set receiver.signingSecret.secretName=erp-signing \
+    --set "workers.egressAllow={$SERVICE_RANGE}" \
     --wait --timeout 5m
 k get crd -l app.kubernetes.io/part-of=lading
 
-echo "==> quickstart: tenant acme, builtin pool, 200 invoices"
+echo "==> README's cluster path: tenant acme, builtin pool, endpoint at the receiver, 3 invoices"
+k apply -f examples/cluster/1-tenantquota.yaml
+k apply -f examples/cluster/2-inferencepool.yaml
+k apply -f examples/cluster/3-deliveryendpoint.yaml
 # Server-side apply: client-side `kubectl apply` copies the whole object into an annotation,
 # limited to 256 KiB, which a batch with inline documents can exceed.
-k apply --server-side -f examples/quickstart.yaml
-k wait --for=condition=Complete extractionbatch/quickstart-invoices -n acme --timeout="$TIMEOUT"
+k apply --server-side -f examples/cluster/4-extractionbatch.yaml
+k wait --for=condition=Complete extractionbatch/first-invoices -n acme --timeout="$TIMEOUT"
+k wait --for=condition=Delivered extractionbatch/first-invoices -n acme --timeout="$TIMEOUT"
 
 echo "==> result"
 k get lading -A
-k get extractionbatches.lading.dev -n acme quickstart-invoices -o jsonpath='{.status.succeeded} succeeded, {.status.reviewRequired} for review, {.status.failed} failed{"\n"}'
+k get extractionbatches.lading.dev -n acme first-invoices -o jsonpath='{.status.succeeded} succeeded, {.status.reviewRequired} for review, {.status.failed} failed, {.status.delivered} delivered{"\n"}'

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import asyncpg
+import pytest
 from lading_operator import kube
 
 from tests.integration.operator import conftest
@@ -52,6 +53,7 @@ def _running(emulator: kube_emulator.KubeEmulator, name: str) -> bool:
     return obj is not None and obj.get("status", {}).get("phase") == "Running"
 
 
+@pytest.mark.slow
 async def test_the_standby_replica_takes_over_when_the_active_one_is_killed_and_admits_nothing_twice(
     emulator: kube_emulator.KubeEmulator,
     api: kube.Client,
