@@ -34,12 +34,14 @@ token's namespace, the broker's permissions), never from the document.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
+import orjson
 import pydantic
 
 from lading import accepting, applying, errors, failpoints, storable
@@ -56,6 +58,8 @@ REQUEST_DIGEST_MAX = 128
 """Characters of a request digest (a hex SHA-512 fits)."""
 POOL_REF_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """`name` (an InferencePool of the document's namespace) or `namespace/name`."""
+DIGEST_VERSION = "v1"
+"""Version of what `request_digest` covers (the HTTP API's canonical request version)."""
 SCHEMA = "invoice.v1"
 """Extraction schema of single documents (the one schema there is)."""
 _OPEN_ATTEMPTS = 4
@@ -242,28 +246,57 @@ async def submit_document(
     errors.AcceptanceInProgress when the same key is being accepted right now (temporary);
     asyncpg/OSError errors when the database is unreachable (temporary: retry unchanged)."""
     request = validated(document, namespace=namespace, idempotency_key=idempotency_key)
+    async with db.acquire() as conn:
+        return await submit_validated(
+            conn, namespace=namespace, request=request, idempotency_key=idempotency_key,
+            request_digest=request_digest, settings=settings,
+        )  # fmt: skip
+
+
+async def submit_validated(
+        conn: asyncpg.Connection,
+        *,
+        namespace: str,
+        request: DocumentRequest,
+        idempotency_key: str,
+        request_digest: str,
+        settings: RollingBatchSettings | None = None,
+) -> Submission:
+    """`submit_document` for a request `validated` already, on `conn`: inside a transaction of the
+    caller (the queue intake records its inbox row in it) the acceptance is a savepoint, and a
+    refusal rolls back the caller's transaction too once it propagates. Raises like
+    `submit_document`."""
     if not request_digest or len(request_digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(request_digest):
         raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
     rolling = settings or RollingBatchSettings()
-    async with db.acquire() as conn:
-        try:
-            return await _submit(
-                conn, namespace=namespace, request=request, idempotency_key=idempotency_key,
-                request_digest=request_digest, settings=rolling,
-            )  # fmt: skip
-        except asyncpg.LockNotAvailableError:
-            raise errors.AcceptanceInProgress(
-                f"idempotency key {storable.escaped(idempotency_key)!r} of namespace {namespace} is being accepted "
-                "by another transaction; retry shortly"
-            ) from None
-        except asyncpg.PostgresError as exc:
-            if not storable.is_data_error(exc):
-                raise
-            # Validation should have refused it; the kind of error, never its text (it may quote the document).
-            raise applying.InvalidDocument([applying.FieldError(
-                "document", f"PostgreSQL refused a value of the request ({type(exc).__name__}, SQLSTATE "
-                f"{exc.sqlstate}); nothing was accepted",
-            )]) from None  # fmt: skip
+    try:
+        return await _submit(
+            conn, namespace=namespace, request=request, idempotency_key=idempotency_key,
+            request_digest=request_digest, settings=rolling,
+        )  # fmt: skip
+    except asyncpg.LockNotAvailableError:
+        raise errors.AcceptanceInProgress(
+            f"idempotency key {storable.escaped(idempotency_key)!r} of namespace {namespace} is being accepted "
+            "by another transaction; retry shortly"
+        ) from None
+    except asyncpg.PostgresError as exc:
+        if not storable.is_data_error(exc):
+            raise
+        # Validation should have refused it; the kind of error, never its text (it may quote the document).
+        raise applying.InvalidDocument([applying.FieldError(
+            "document", f"PostgreSQL refused a value of the request ({type(exc).__name__}, SQLSTATE "
+            f"{exc.sqlstate}); nothing was accepted",
+        )]) from None  # fmt: skip
+
+
+def request_digest(request: DocumentRequest) -> str:
+    """The canonical digest of a document request: its validated fields with defaults filled, keys
+    sorted, so field order, whitespace and an omitted default never make two requests differ.
+    The HTTP API's digest of `POST .../documents` is the same, so a document sent once over HTTP
+    and once over the queue under one idempotency key is the same request."""
+    canonical = request.model_dump(mode="json", by_alias=True)
+    data = orjson.dumps([DIGEST_VERSION, "documents", canonical], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()
 
 
 async def _submit(

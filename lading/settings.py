@@ -138,9 +138,10 @@ class BrokerTopology:
     """Fanout exchange the ingress queue dead-letters to (rejected or over the delivery limit)."""
     dead_letter_queue: str = "lading.ingress.dead"
     """Quorum queue holding dead letters until an operator looks at them."""
-    ingress_bindings: tuple[str, ...] = ("batch.accepted.v1", "extraction.*.v1")
-    """Routing keys bound to the ingress queue. An event type matching none of them is returned
-    to the relay as unroutable and stays unpublished, which shows as outbox age: add a binding."""
+    ingress_bindings: tuple[str, ...] = ("document.submitted.v1", "batch.accepted.v1", "extraction.*.v1")
+    """Routing keys bound to the ingress queue: documents sent to the queue intake, and Lading's own
+    events (recorded in the inbox, the durable event log). An event type matching none of them is
+    returned to the relay as unroutable and stays unpublished, which shows as outbox age: add a binding."""
     delivery_limit: int = 20
     """`x-delivery-limit`: deliveries of one message before it is dead-lettered. RabbitMQ 3.10 has
     no default (unlimited), so a poison message would loop forever; 20 rides out consumer restarts."""

@@ -139,12 +139,6 @@ async def quarantine(
     return inserted is not None
 
 
-async def wake_batch_pool(conn: asyncpg.Connection, *, batch_id: int) -> bool:
-    """NOTIFY the claimers of the batch's pool at commit; False when the batch is unknown."""
-    rows = await conn.fetch(queries.sql("inbox_wake_batch_pool"), batch_id)
-    return bool(rows)
-
-
 @dataclasses.dataclass(frozen=True)
 class BacklogSummary:
     unpublished: int

@@ -8,7 +8,8 @@ payload as JSON, and headers carry the tenant, batch and job ids for tracing.
 In (ingress): a message is an event only if it has a UUID `message_id`, a versioned type
 (`batch.accepted.v1`) and a JSON object body of bounded size and nesting that PostgreSQL can store (no
 U+0000 in a string or a key, no integer beyond 64 bits: the inbox keeps the payload as jsonb);
-the types the ingress acts on must also carry the ids it needs. Anything else is `Unparseable`
+the types the ingress acts on must also carry the ids it needs (`document.submitted.v1`: its
+namespace and idempotency key as strings, and no field a document does not have). Anything else is `Unparseable`
 and goes to the dead-letter queue: retrying it could never succeed. The digest that decides
 "same event" is over the type and the canonical payload (sorted keys), so it does not depend
 on how a producer spaced or ordered its JSON.
@@ -27,7 +28,7 @@ import aio_pika
 import aio_pika.abc
 import orjson
 
-from lading import errors, storable
+from lading import errors, intake, storable
 from lading.db import outbox
 
 MAX_BODY_BYTES = 1 << 20
@@ -37,6 +38,13 @@ MAX_DEPTH = 64
 which writes the digest and the inbox's jsonb, refuses past 254 levels (a TypeError, not a data
 error), so a deeper body would never be recorded nor dead-lettered."""
 BATCH_ACCEPTED = "batch.accepted.v1"
+DOCUMENT_SUBMITTED = "document.submitted.v1"
+"""A document sent to the queue intake (docs/events.md): the HTTP API's document fields, plus the
+`namespace` and `idempotencyKey` the HTTP API takes from its path and header."""
+DOCUMENT_FIELDS = (
+    "key", "text", "uri", "sha256", "bytes", "inferencePoolRef", "deliveryEndpointRef", "priority", "deadlineSeconds",
+)  # fmt: skip
+SUBMISSION_FIELDS = ("namespace", "idempotencyKey", *DOCUMENT_FIELDS)
 _TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$")
 _TRACE_HEADERS = {"tenant": "lading-tenant", "batch_id": "lading-batch-id", "job_id": "lading-job-id"}
 
@@ -142,8 +150,51 @@ def _depth(value: Any) -> int:
 
 
 def _require_ids(event_id: uuid.UUID, type_: str, payload: dict[str, Any]) -> None:
+    if type_ == DOCUMENT_SUBMITTED:
+        for key in ("namespace", "idempotencyKey"):
+            if not isinstance(payload.get(key), str):
+                raise Unparseable(f"event {event_id} of type {type_} has no string {key!r}")
+        if unknown := sorted(set(payload) - set(SUBMISSION_FIELDS)):
+            raise Unparseable(f"event {event_id} of type {type_} has unknown fields {', '.join(unknown)[:200]} "
+                              f"(a document has {', '.join(SUBMISSION_FIELDS)})")  # fmt: skip
+        return
     needed = ("batch_id",) if type_ == BATCH_ACCEPTED else ("job_id",) if type_.startswith("extraction.") else ()
     for key in needed:
         value = payload.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise Unparseable(f"event {event_id} of type {type_} has no positive integer {key!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """What a `document.submitted.v1` event asks for, not validated yet (`lading.intake` does)."""
+
+    namespace: str
+    idempotency_key: str
+    document: intake.SubmittedDocument
+
+    def inbox_payload(self, *, job_id: int | None = None) -> dict[str, Any]:
+        """What the inbox keeps of the event: who sent which document, never its text."""
+        d = self.document
+        text_sha256 = hashlib.sha256(d.text.encode("utf-8", "replace")).hexdigest() if isinstance(d.text, str) else None
+        return {
+            "namespace": self.namespace, "idempotencyKey": self.idempotency_key, "key": d.key,
+            "sha256": d.sha256 if d.sha256 is not None else text_sha256, "job_id": job_id,
+        }  # fmt: skip
+
+
+def submitted(event: Event) -> Submitted:
+    """The document a `document.submitted.v1` event carries (its fields as sent)."""
+    body = event.payload
+    return Submitted(
+        namespace=body["namespace"],
+        idempotency_key=body["idempotencyKey"],
+        # As sent, any JSON type: a missing or mistyped field is named by the intake's validation.
+        document=intake.SubmittedDocument(**{
+            name: body.get(field) for name, field in zip(_DOCUMENT_ATTRIBUTES, DOCUMENT_FIELDS, strict=True)
+        }),  # type: ignore[arg-type]
+    )
+
+
+_DOCUMENT_ATTRIBUTES = tuple(f.name for f in dataclasses.fields(intake.SubmittedDocument))
+"""SubmittedDocument's attributes, in the order of DOCUMENT_FIELDS."""

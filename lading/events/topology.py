@@ -2,7 +2,9 @@
 What Lading declares on RabbitMQ, declared idempotently by every relay and consumer at start.
 
     exchange  <prefix>lading.events       topic, durable; routing key = event type
-    queue     <prefix>lading.ingress      quorum; bound to settings.ingress_bindings
+    queue     <prefix>lading.ingress      quorum; bound to settings.ingress_bindings: documents sent
+                                          to the queue intake (`document.submitted.v1`) and Lading's
+                                          own events
     exchange  <prefix>lading.dlx          fanout, durable; the ingress queue's dead-letter exchange
     queue     <prefix>lading.ingress.dead quorum; bound to the dead-letter exchange
 
@@ -37,6 +39,8 @@ class Declared:
     exchange: aio_pika.abc.AbstractExchange
     ingress: aio_pika.abc.AbstractQueue
     dead_letters: aio_pika.abc.AbstractQueue
+    dead_letter_exchange: aio_pika.abc.AbstractExchange
+    """Where the consumer publishes a refused message itself, with the reason in a header."""
 
 
 def ingress_arguments(topology: BrokerTopology) -> dict[str, Any]:
@@ -78,7 +82,7 @@ async def declare(channel: aio_pika.abc.AbstractChannel, topology: BrokerTopolog
     )
     for key in topology.ingress_bindings:
         await ingress.bind(exchange, routing_key=key)
-    return Declared(exchange=exchange, ingress=ingress, dead_letters=dead)
+    return Declared(exchange=exchange, ingress=ingress, dead_letters=dead, dead_letter_exchange=dlx)
 
 
 async def delete(channel: aio_pika.abc.AbstractChannel, topology: BrokerTopology) -> None:

@@ -1,31 +1,37 @@
 """
-The ingress consumer: broker messages -> the durable inbox (`execution_inbox`).
+The ingress consumer: the queue intake of single documents, and the durable inbox
+(`execution_inbox`) of every message it takes.
 
-For each message, in ONE transaction: insert the inbox row keyed by `event_id` (unique) with
-the payload digest, and apply the event's effect; ack only after that commit.
+For each message, in ONE transaction: insert the inbox row keyed by `event_id` (the message id,
+unique) with the payload digest, and apply the message's effect; ack only after that commit.
 
-    new event id                 record + effect, ack
-    same id, same digest         nothing (a redelivery, or a relay that republished), ack
+    document.submitted.v1        the document accepted (`lading.intake`, the HTTP API's
+                                 acceptance path), job and inbox row in one commit, ack
+    Lading's own events          only recorded: the inbox is the durable event log
+    same id, same digest         nothing (a redelivery, or a producer that resent), ack
     same id, other digest        quarantined (inbox_quarantine) and alarmed, never applied, ack
-    not an event (messages.py)   rejected without requeue -> dead-letter queue
-    refused by PostgreSQL        rejected without requeue -> dead-letter queue: a data error
-                                 (`storable.is_data_error`) is about the message, not the
-                                 database, and would fail the same way on every retry
-    database unavailable         the message stays unacked; the transaction is retried with
-                                 backoff (the delivery count does not grow meanwhile)
+    not an event (messages.py)   dead-lettered, the reason in the header `lading-dead-letter-reason`
+    a document refused           dead-lettered with the reason (invalid field, no quota, pool not
+                                 allowed, idempotency key used for another document, ...); the
+                                 transaction rolled back, so nothing of it was accepted
+    refused by PostgreSQL        dead-lettered: a data error (`storable.is_data_error`) is about the
+                                 message, not the database, and would fail the same way every time
+    database unavailable,        the message stays unacked; the transaction is retried with
+    the same key being accepted, backoff (the delivery count does not grow meanwhile): the queue
+    the tenant's queue full      is the buffer, and a full quota is backpressure, not a refusal
 
-Each message is its own transaction, so a refused one never holds back the others: it is
-dead-lettered, and the consumer goes on (it does not keep a prefetch slot).
+Dead-lettering publishes a copy of the message, with the reason in headers, to the dead-letter
+exchange (publisher confirms), then acks the original; if that publish fails, the message is
+rejected without requeue and the broker dead-letters it (its `x-death` header says `rejected`).
+Each message is its own transaction, so a refused one never holds back the others.
 
-Effects are deliberately small. `batch.accepted.v1`: the jobs are already READY from the
-acceptance transaction, so the effect is a NOTIFY to the claimers of the batch's pool (the pool
-read from the batch row, never from the message). Terminal job events (`extraction.*.v1`) are
-only recorded: the inbox is the durable event log that readers such as a batch-status refresher
-can consume. No effect ever touches a job's state, so a redelivered or forged event can never
-reset a RUNNING or finished job.
+The namespace of a `document.submitted.v1` is its tenant identity, and it comes from the message
+body: it is trusted only as far as the broker's permissions go (who may publish to the ingress
+queue may submit for any namespace), see docs/security.md.
 
 A consumer killed after commit but before its ack gets the message again (`redelivered`): the
-inbox row makes that a no-op. Failpoint: `ingress.after_commit_before_ack`.
+inbox row makes that a no-op, and the document's idempotency key would too. Failpoint:
+`ingress.after_commit_before_ack`.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import aio_pika
 import aio_pika.abc
 import asyncpg
 
-from lading import failpoints, looping, metrics, storable, tracing
+from lading import applying, errors, failpoints, intake, looping, metrics, reasons, storable, tracing
 from lading.db import outbox
 from lading.events import messages, topology
 from lading.settings import EventSettings
@@ -47,6 +53,14 @@ from lading_worker.relaying import BROKER_ERRORS, DATABASE_ERRORS
 logger = logging.getLogger(__name__)
 
 RECORDED, DUPLICATE, QUARANTINED, REJECTED = "recorded", "duplicate", "quarantined", "rejected"
+ACCEPTED = "accepted"
+"""A document.submitted.v1 whose document was accepted (or replayed under its idempotency key)."""
+REASON_HEADER = "lading-dead-letter-reason"
+"""Why a message was dead-lettered, in words: the field or rule, never a document's text."""
+CODE_HEADER = "lading-dead-letter-code"
+"""The same as a CamelCase code: Unparseable, Unstorable, IdempotencyMismatch or an admission reason."""
+REASON_MAX = 1000
+"""Characters of the reason kept in the header (a document with many field errors)."""
 
 
 @dataclasses.dataclass
@@ -54,6 +68,7 @@ class IngressCounts:
     """What this consumer did since it started (also exported as lading_inbox_messages_total)."""
 
     recorded: int = 0
+    accepted: int = 0
     duplicate: int = 0
     quarantined: int = 0
     rejected: int = 0
@@ -81,27 +96,37 @@ class IngressConsumer:
         self._handlers: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._transactions = asyncio.Semaphore(settings.ingress.db_concurrency)
+        self._dead_letter_exchange: aio_pika.abc.AbstractExchange | None = None
 
     def __repr__(self) -> str:  # never the URL: it carries a password
         return "<IngressConsumer>"
 
-    async def record(self, event: messages.Event) -> str:
-        """Record one event and apply its effect in one transaction; the outcome."""
+    async def record(self, event: messages.Event, document: _Document | None = None) -> str:
+        """Record one event and apply its effect (a document's acceptance) in one transaction; the
+        outcome. Raises what `intake.submit_validated` raises for a document."""
         batch_id = event.payload.get("batch_id")
         if not isinstance(batch_id, int):
-            return await self._record(event)
+            return await self._record(event, document)
         with tracing.span("lading.ingress", batch_id=batch_id, attributes={
             "event_id": str(event.event_id), "event_type": event.type, "job_id": event.payload.get("job_id"),
         }):
-            return await self._record(event)
+            return await self._record(event, document)
 
-    async def _record(self, event: messages.Event) -> str:
+    async def _record(self, event: messages.Event, document: _Document | None) -> str:
+        # A document's text stays out of the inbox: it keeps who sent which document.
+        payload = event.payload if document is None else document.submitted.inbox_payload()
         async with self._transactions, self._db.acquire() as conn, conn.transaction():
             inserted = await outbox.inbox_record(
-                conn, event_id=event.event_id, type=event.type, digest=event.digest, payload=event.payload
+                conn, event_id=event.event_id, type=event.type, digest=event.digest, payload=payload
             )
+            if inserted and document is not None:
+                await intake.submit_validated(
+                    conn, namespace=document.submitted.namespace, request=document.request,
+                    idempotency_key=document.submitted.idempotency_key,
+                    request_digest=intake.request_digest(document.request),
+                )  # fmt: skip
+                return ACCEPTED
             if inserted:
-                await self._apply(conn, event)
                 return RECORDED
             first = await outbox.inbox_digest(conn, event_id=event.event_id)
             if first == event.digest:
@@ -116,29 +141,44 @@ class IngressConsumer:
                 )  # fmt: skip
             return QUARANTINED
 
-    async def _apply(self, conn: asyncpg.Connection, event: messages.Event) -> None:
-        if event.type == messages.BATCH_ACCEPTED:
-            if not await outbox.wake_batch_pool(conn, batch_id=int(event.payload["batch_id"])):
-                logger.warning("Event %s names batch %s, which is not in the database", event.event_id,
-                               event.payload["batch_id"])  # fmt: skip
-
     async def handle(self, message: aio_pika.abc.AbstractIncomingMessage, stop: asyncio.Event) -> str:
-        """Parse, record (retrying the database), ack; or reject to the dead-letter queue."""
+        """Parse, record (retrying the database), ack; or dead-letter with the reason."""
         try:
             event = messages.parse(message)
+            document = _document(event)
         except messages.Unparseable as exc:
-            return await self._dead_letter(message, str(exc))
+            return await self._dead_letter(message, str(exc), code="Unparseable")
+        except applying.AdmissionRejected as exc:
+            return await self._dead_letter(message, _refusal(event, exc), code=exc.reason)
         s = self.settings.ingress
         backoff = looping.Backoff(base_s=s.retry_base_s, cap_s=s.retry_cap_s)
         while True:
             try:
-                outcome = await self.record(event)
+                outcome = await self.record(event, document)
                 break
+            except applying.AdmissionRejected as exc:
+                if exc.reason != reasons.QUOTA_EXCEEDED:
+                    return await self._dead_letter(message, _refusal(event, exc), code=exc.reason)
+                wait = backoff.failed()  # backpressure: the document waits in the queue for room
+                if stop.is_set():
+                    raise _LeftUnacked(f"tenant queue full: {exc}") from None
+                logger.info("Document of event %s waits for room in its tenant's queue (attempt %d): %s",
+                            event.event_id, backoff.failures, exc)  # fmt: skip
+                await looping.wait_or_stop(stop, wait)
+                continue
+            except intake.IdempotencyMismatch as exc:
+                return await self._dead_letter(message, _refusal(event, exc), code="IdempotencyMismatch")
+            except errors.AcceptanceInProgress as exc:
+                wait = backoff.failed()
+                if stop.is_set():
+                    raise _LeftUnacked(str(exc)) from None
+                await looping.wait_or_stop(stop, wait)
+                continue
             except DATABASE_ERRORS as exc:
                 if storable.is_data_error(exc):  # rolled back; the same message fails the same way every time
                     return await self._dead_letter(
                         message, f"event {event.event_id} ({event.type}) refused by PostgreSQL: {type(exc).__name__} "
-                        f"(SQLSTATE {getattr(exc, 'sqlstate', '?')})",
+                        f"(SQLSTATE {getattr(exc, 'sqlstate', '?')})", code="Unstorable",
                     )
                 wait = backoff.failed()
                 if stop.is_set():
@@ -153,10 +193,29 @@ class IngressConsumer:
         self.counts.add(outcome)
         return outcome
 
-    async def _dead_letter(self, message: aio_pika.abc.AbstractIncomingMessage, why: str) -> str:
-        """Reject without requeue: the queue's dead-letter exchange keeps the message for a human."""
-        logger.warning("Rejecting a message to the dead-letter queue: %s", why)
-        await message.reject(requeue=False)
+    async def _dead_letter(self, message: aio_pika.abc.AbstractIncomingMessage, why: str, *, code: str) -> str:
+        """Keep the message for a human in the dead-letter queue, with the reason in its headers:
+        a copy published there (confirmed) and the original acked; failing that, the original
+        rejected without requeue, which the broker dead-letters (x-death says `rejected`)."""
+        logger.warning("Dead-lettering a message (%s): %s", code, why)
+        exchange = self._dead_letter_exchange
+        published = False
+        if exchange is not None:
+            headers = {**(message.headers or {}), REASON_HEADER: why[:REASON_MAX], CODE_HEADER: code}
+            copy = aio_pika.Message(
+                body=message.body, headers=headers,
+                message_id=message.message_id, type=message.type, content_type=message.content_type,
+                timestamp=message.timestamp, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            )  # fmt: skip
+            try:
+                await exchange.publish(copy, routing_key=message.routing_key or "")
+                published = True
+            except _DEAD_LETTER_PUBLISH_ERRORS as exc:
+                logger.warning("Could not publish the dead letter with its reason; rejecting instead: %r", exc)
+        if published:
+            await message.ack()
+        else:
+            await message.reject(requeue=False)
         self.counts.add(REJECTED)
         return REJECTED
 
@@ -168,7 +227,7 @@ class IngressConsumer:
             await self.handle(message, self._stop)
         except BROKER_ERRORS as exc:  # the ack could not be sent: the broker redelivers, the inbox dedups
             logger.warning("Could not settle a message with the broker; it will be redelivered: %s", exc)
-        except DATABASE_ERRORS as exc:  # stopping while the database is away: left unacked
+        except _UNACKED_ON_STOP as exc:  # stopping while it cannot commit: left unacked
             logger.warning("Left a message unacked while stopping: %s", exc)
         finally:
             self._handlers.discard(task)
@@ -199,6 +258,7 @@ class IngressConsumer:
             channel.close_callbacks.add(lambda _sender, _exc: lost.set())
             await channel.set_qos(prefetch_count=self.settings.ingress.prefetch)
             declared = await topology.declare(channel, self.settings.topology)
+            self._dead_letter_exchange = declared.dead_letter_exchange
             self._stop = stop
             tag = await declared.ingress.consume(self._on_message, no_ack=False)
             self.consuming.set()
@@ -231,3 +291,35 @@ class IngressConsumer:
             for task in handlers:
                 task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
+
+
+class _LeftUnacked(Exception):
+    """Stopping while a message still cannot be committed (its document waits): it stays unacked."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Document:
+    """A `document.submitted.v1`'s document, its fields validated."""
+
+    submitted: messages.Submitted
+    request: intake.DocumentRequest
+
+
+def _document(event: messages.Event) -> _Document | None:
+    """The validated document of a `document.submitted.v1` (None for other events); raises
+    applying.InvalidDocument naming every field error."""
+    if event.type != messages.DOCUMENT_SUBMITTED:
+        return None
+    submitted = messages.submitted(event)
+    request = intake.validated(
+        submitted.document, namespace=submitted.namespace, idempotency_key=submitted.idempotency_key
+    )
+    return _Document(submitted=submitted, request=request)
+
+
+def _refusal(event: messages.Event, exc: Exception) -> str:
+    return f"event {event.event_id} ({event.type}) refused: {exc}"
+
+
+_DEAD_LETTER_PUBLISH_ERRORS: tuple[type[Exception], ...] = (*BROKER_ERRORS, aio_pika.exceptions.DeliveryError)
+_UNACKED_ON_STOP: tuple[type[Exception], ...] = (*DATABASE_ERRORS, _LeftUnacked)

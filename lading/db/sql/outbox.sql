@@ -108,11 +108,6 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT (event_id, digest) DO NOTHING
 RETURNING event_id;
 
--- name: inbox_wake_batch_pool
--- Wake the claimers of the pool that batch $1 belongs to (takes effect at commit). The pool
--- comes from the batch row, never from the message.
-SELECT pg_notify('lading_jobs', b.pool) FROM batches b WHERE b.id = $1;
-
 -- name: outbox_backlog_summary
 -- Events waiting for the relay, and the age of the oldest (from the unpublished index); and the
 -- events set aside as unstorable (migration 0015), which wait for a human instead.
