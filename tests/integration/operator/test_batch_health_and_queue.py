@@ -33,10 +33,10 @@ async def _settle(db: asyncpg.Connection, batch: str, state: str) -> None:
     )  # fmt: skip
 
 
-async def test_conditions_queue_position_and_health_follow_the_batch(
+async def test_conditions_queue_position_priority_and_health_follow_the_batch(
     emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
 ) -> None:
-    await conftest.create_quota(api, "acme", ["acme"])
+    await conftest.create_quota(api, "acme", ["acme"], allowedPriorities=["normal", "high"])
     await conftest.create_pool(api, "acme", "builtin")
     await conftest.create_batch(api, "acme", "first", documents=4)
     first = await kube_emulator.wait_for(
@@ -59,6 +59,36 @@ async def test_conditions_queue_position_and_health_follow_the_batch(
     )
     assert argocd_health.health("InferencePool", pool) == ("Healthy", "Applied: workers and limits in place")
 
+    # A priority change reaches the jobs before observedGeneration moves; "second" now goes first.
+    path = conftest.batch_path("acme", "second")
+    await api.merge_patch(path, {"spec": {"priority": "high"}})
+    seen = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "second", lambda o: o.get("status", {}).get("observedGeneration") == 2
+    )
+    assert seen["metadata"]["generation"] == 2
+    assert await db.fetchval("SELECT array_agg(DISTINCT j.priority) FROM extraction_jobs j JOIN batches b "
+                             "ON b.id = j.batch_id WHERE b.name = 'second'") == [0]  # fmt: skip
+    assert await db.fetchval("SELECT priority FROM batches WHERE name = 'second'") == 0
+    await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "first", lambda o: o.get("status", {}).get("queuePosition") == 3
+    )
+
+    async def reranked_event() -> bool:
+        stored = (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
+        return "PriorityChanged" in {e.get("reason") for e in stored if e}
+
+    await waiting.until(reranked_event, timeout_s=10)
+
+    # A priority the tenant's quota does not allow is not applied: Stalled says why, the jobs keep theirs.
+    await api.merge_patch(path, {"spec": {"priority": "low"}})
+    stalled = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "second", lambda o: o.get("status", {}).get("observedGeneration") == 3
+    )
+    assert _status(stalled, "Stalled") == ("True", "PriorityNotAllowed")
+    assert "allowedPriorities" in _condition(stalled, "Stalled")["message"]
+    assert argocd_health.health("ExtractionBatch", stalled)[0] == "Degraded"
+    assert await db.fetchval("SELECT priority FROM batches WHERE name = 'second'") == 0
+
     # Success: Complete and Ready, Failed=False; the queue fields are gone with the queue.
     await _settle(db, "first", "SUCCEEDED")
     done = await kube_emulator.wait_for(
@@ -77,38 +107,3 @@ async def test_conditions_queue_position_and_health_follow_the_batch(
     assert _status(failed, "Failed") == ("True", "Failed") and _status(failed, "Complete") == ("False", "Failed")
     assert _status(failed, "Ready") == ("False", "Failed") and _status(failed, "Stalled") == ("True", "Failed")
     assert argocd_health.health("ExtractionBatch", failed)[0] == "Degraded"
-
-
-async def test_a_priority_change_reaches_the_queued_jobs_before_observed_generation_moves(
-    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
-) -> None:
-    await conftest.create_quota(api, "acme", ["acme"], allowedPriorities=["normal", "high"])
-    await conftest.create_pool(api, "acme", "builtin")
-    await conftest.create_batch(api, "acme", "urgent", documents=5)
-    await kube_emulator.wait_for(
-        emulator, BATCHES, "acme", "urgent", lambda o: o.get("status", {}).get("phase") == "Running"
-    )
-    path = conftest.batch_path("acme", "urgent")
-
-    await api.merge_patch(path, {"spec": {"priority": "high"}})
-    seen = await kube_emulator.wait_for(emulator, BATCHES, "acme", "urgent",
-                                        lambda o: o.get("status", {}).get("observedGeneration") == 2)  # fmt: skip
-    assert seen["metadata"]["generation"] == 2
-    priorities = await db.fetch("SELECT DISTINCT priority FROM extraction_jobs")
-    assert [r["priority"] for r in priorities] == [0]
-    assert await db.fetchval("SELECT priority FROM batches WHERE name = 'urgent'") == 0
-
-    async def reranked_event() -> bool:
-        stored = (emulator.stored("v1/events", "acme", n) for n in emulator.names("v1/events", "acme"))
-        return "PriorityChanged" in {e.get("reason") for e in stored if e}
-
-    await waiting.until(reranked_event, timeout_s=10)
-
-    # A priority the tenant's quota does not allow is not applied: Stalled says why, the jobs keep theirs.
-    await api.merge_patch(path, {"spec": {"priority": "low"}})
-    stalled = await kube_emulator.wait_for(emulator, BATCHES, "acme", "urgent",
-                                           lambda o: o.get("status", {}).get("observedGeneration") == 3)  # fmt: skip
-    assert _status(stalled, "Stalled") == ("True", "PriorityNotAllowed")
-    assert "allowedPriorities" in _condition(stalled, "Stalled")["message"]
-    assert argocd_health.health("ExtractionBatch", stalled)[0] == "Degraded"
-    assert [r["priority"] for r in await db.fetch("SELECT DISTINCT priority FROM extraction_jobs")] == [0]

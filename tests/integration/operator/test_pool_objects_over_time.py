@@ -67,7 +67,7 @@ async def test_objects_the_pool_no_longer_renders_are_pruned(
         assert emulator.stored(DEPLOYMENTS, NS, name) is not None
 
 
-async def test_an_object_with_our_name_that_is_not_ours_is_never_adopted(
+async def test_not_adopted_objects_stale_status_fields_and_equivalent_quantities(
     emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
 ) -> None:
     theirs = {
@@ -96,10 +96,6 @@ async def test_an_object_with_our_name_that_is_not_ours_is_never_adopted(
     )
     await kube_emulator.wait_for(emulator, POOLS, NS, "taken", lambda o: _condition(o, "Ready").get("status") == "True")
 
-
-async def test_stale_status_fields_are_removed_and_an_equivalent_quantity_is_not_drift(
-    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
-) -> None:
     await conftest.create_pool(api, NS, "ext", provider="openai-compatible", model=MODEL,
                                endpoint={"url": "http://model.example:8000/v1"})  # fmt: skip
     worker = await kube_emulator.wait_for(emulator, DEPLOYMENTS, NS, "ext-worker", lambda o: True)

@@ -62,5 +62,13 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     assert same.last_transition_time == "2020-01-01T00:00:00Z"
     assert flipped.last_transition_time != "2020-01-01T00:00:00Z"
     assert first.status == "False" and flipped.status == "True"
-    assert not conditions.changed({"a": 1, "b": 2}, {"a": 1})
+    assert not conditions.changed({"a": 1, "b": 2}, {"a": 1, "b": 2})
     assert conditions.changed({"a": 1}, {"a": 2})
+
+
+def test_a_status_field_that_went_away_is_removed_and_unchanged_ones_are_not_sent() -> None:
+    live = {"phase": "Running", "pausedUntil": "2026-01-01T00:00:00Z", "total": 5}
+    assert conditions.status_patch(live, {"phase": "Running", "total": 6}) == {"total": 6, "pausedUntil": None}
+    assert conditions.changed(live, {"phase": "Running", "total": 5})
+    assert conditions.status_patch(live, dict(live)) is None
+    assert conditions.status_patch(None, {"phase": "Pending"}) == {"phase": "Pending"}
