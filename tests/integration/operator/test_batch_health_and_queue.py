@@ -36,7 +36,7 @@ async def _settle(db: asyncpg.Connection, batch: str, state: str) -> None:
 async def test_conditions_queue_position_priority_and_health_follow_the_batch(
     emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
 ) -> None:
-    await conftest.create_quota(api, "acme", ["acme"], allowedPriorities=["normal", "high"])
+    await conftest.create_quota(api, "acme", ["acme"], allowedPriorities=["normal", "high"], maxQueuedJobs=7)
     await conftest.create_pool(api, "acme", "builtin")
     await conftest.create_batch(api, "acme", "first", documents=4)
     first = await kube_emulator.wait_for(
@@ -54,6 +54,14 @@ async def test_conditions_queue_position_priority_and_health_follow_the_batch(
     assert _status(second, "Ready") == ("False", "JobsRemaining")
     assert _status(second, "Stalled") == ("False", "NotStalled")
     assert argocd_health.health("ExtractionBatch", second)[0] == "Progressing"
+    # Over quota: Pending, not stalled (room comes by itself), queued behind all of the tenant's work.
+    await conftest.create_batch(api, "acme", "third", documents=2)
+    third = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "third", lambda o: "queuePosition" in o.get("status", {})
+    )
+    assert third["status"]["phase"] == "Pending" and third["status"]["queuePosition"] == 7
+    assert _status(third, "Ready") == ("False", "QuotaExceeded")
+    assert _status(third, "Stalled") == ("False", "NotStalled")
     pool = await kube_emulator.wait_for(
         emulator, POOLS, "acme", "builtin", lambda o: "conditions" in o.get("status", {})
     )
