@@ -82,6 +82,15 @@ async def oldest_api_request_age_s(conn: asyncpg.Connection) -> float | None:
     return await _age(conn, "api_request_oldest_age")
 
 
+async def delete_expired_submissions(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
+    """Idempotency records of single documents (`document_submissions`) made more than `older_than_s` ago."""
+    return await _deleted(conn, "submission_delete_expired", older_than_s=older_than_s, limit=limit)
+
+
+async def oldest_submission_age_s(conn: asyncpg.Connection) -> float | None:
+    return await _age(conn, "submission_oldest_age")
+
+
 async def delete_expired_permits(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
     """Limiter permits acquired more than `older_than_s` ago that hold no slot any more."""
     return await _deleted(conn, "limiter_permit_delete_expired", older_than_s=older_than_s, limit=limit)

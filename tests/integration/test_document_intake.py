@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from lading_worker import cleaning
 
 from lading import applying, errors, intake, reasons
 from lading.db import registry
@@ -136,13 +137,11 @@ async def test_a_rolling_batch_closes_when_full_when_its_time_is_up_and_on_a_rep
 async def test_documents_of_other_groups_go_to_other_batches(db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:
     await seed(db)
     await registry.upsert_endpoint(db, name="acme/erp", url="https://erp.example/hook", spec={})
-    names = {
-        (await submit(dbpool, document(f"d-{i}", **fields))).batch_name
-        for i, fields in enumerate([
-            {}, {"priority": "high"}, {"inference_pool_ref": "acme/fast"}, {"delivery_endpoint_ref": "erp"},
-            {"deadline_seconds": 600},
-        ])
-    }  # fmt: skip
+    groups: list[dict[str, Any]] = [
+        {}, {"priority": "high"}, {"inference_pool_ref": "acme/fast"}, {"delivery_endpoint_ref": "erp"},
+        {"deadline_seconds": 600},
+    ]
+    names = {(await submit(dbpool, document(f"d-{i}", **fields))).batch_name for i, fields in enumerate(groups)}
     assert len(names) == 5
 
 
@@ -232,3 +231,20 @@ async def test_the_same_key_while_the_first_is_committing_is_in_progress(
     finally:
         await dbpool.release(blocker)
     assert not (await submit(dbpool, document(), key="k", digest="d")).replayed
+
+
+async def test_idempotency_records_go_after_their_retention_and_their_jobs_stay(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db)
+    first = await submit(dbpool, document("old"), key="old")
+    await submit(dbpool, document("new"), key="new")
+    await db.execute(
+        "UPDATE document_submissions SET created_at = now() - interval '49 hours' WHERE idempotency_key = 'old'"
+    )
+    deleted = await cleaning.clean(db, settings=cleaning.CleanerSettings())
+    assert deleted["document_submissions"] == 1
+    kept = await db.fetch("SELECT idempotency_key FROM document_submissions")
+    assert [r["idempotency_key"] for r in kept] == ["new"]
+    assert (await written(db))["extraction_jobs"] == 2
+    again = await submit(dbpool, document("old"), key="old")  # past the window: a new job
+    assert not again.replayed and again.job_id != first.job_id

@@ -88,7 +88,8 @@ class CleanerSettings:
     stale_completions_s: float = 30 * DAY_S
     """Stale-completion records: `lading status` reports recent ones; a month is plenty."""
     api_requests_s: float = 2 * DAY_S
-    """Idempotency-Key records of the HTTP intake, seconds after the answer (at least a day): a
+    """Idempotency-Key records of the HTTP intake, seconds after the answer, and of single documents
+    (`document_submissions`, HTTP and queue intake), seconds after acceptance (at least a day): a
     retry within this window gets the first answer again."""
     limiter_s: float = HOUR_S
     """Limiter permits that hold no slot, and per-second sums, seconds after acquisition: the
@@ -137,6 +138,8 @@ TABLES: Final = (
     Table("stale_completions", retention.delete_stale_completions, retention.oldest_stale_completion_age_s,
           lambda s: s.stale_completions_s),
     Table("api_requests", retention.delete_expired_api_requests, retention.oldest_api_request_age_s,
+          lambda s: s.api_requests_s),
+    Table("document_submissions", retention.delete_expired_submissions, retention.oldest_submission_age_s,
           lambda s: s.api_requests_s),
     Table("limiter_permits", retention.delete_expired_permits, retention.oldest_permit_age_s,
           lambda s: s.limiter_s),

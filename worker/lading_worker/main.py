@@ -109,7 +109,8 @@ _RETENTION_FLAGS = (
     ("--retain-stale-completions-hours", "stale_completions_s", "stale-completion records"),
     ("--retain-limiter-hours", "limiter_s", "limiter permits holding no slot, and per-second sums"),
     ("--retain-idempotency-keys-hours", "api_requests_s",
-     "Idempotency-Key records of the HTTP intake, after the answer (at least 24)"),
+     "Idempotency-Key records of the HTTP intake and of single documents (HTTP and queue), after the answer "
+     "(at least 24)"),
 )
 """`lading worker` retention flags, in hours, and the CleanerSettings field (seconds) each sets."""
 
