@@ -6,9 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 HELM := $(VENV)/tools/helm
+FUZZ := $(VENV)/fuzz
 export LADING_HELM := $(abspath $(HELM))
 
-.PHONY: run test lint typecheck imports unit bench reliability crds clean
+.PHONY: run test lint typecheck imports unit bench reliability api-fuzz crds clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,16 @@ bench: $(STAMP)
 # The fault suite (docs/reliability.md), the full run: ARGS='--scenario worker-kill --seed 7' reruns one.
 reliability: $(STAMP)
 	$(BIN)/python hack/reliability.py $(ARGS)
+
+# Schemathesis against a live `lading api` (docs/api.md), a few minutes: not part of `make test`.
+# Its own environment under .venv/fuzz (its pytest plugin stays out of the test suite's).
+# ARGS='--max-examples 200' goes to `st run`.
+$(FUZZ)/bin/st:
+	$(PYTHON) -m venv $(FUZZ)
+	$(FUZZ)/bin/python -m pip install --quiet 'schemathesis>=4.32'
+
+api-fuzz: $(STAMP) $(FUZZ)/bin/st
+	PATH=$(abspath $(FUZZ))/bin:$$PATH $(BIN)/python hack/api_fuzz.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .lading .pytest_cache .mypy_cache .ruff_cache

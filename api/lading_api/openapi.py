@@ -68,6 +68,9 @@ def document() -> dict[str, Any]:
                 response["content"] = {"application/json": {"schema": {"type": "object"}}}
             if answer.headers:
                 response["headers"] = {name: {"schema": {"type": "string"}} for name in answer.headers}
+            if answer.links:
+                response["links"] = {name: {"operationId": operation, "parameters": dict(parameters)}
+                                     for name, (operation, parameters) in answer.links.items()}
             operation["responses"][str(status)] = response
         if not route.public:
             operation["security"] = [{"bearer": []}]

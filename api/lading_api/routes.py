@@ -22,6 +22,9 @@ class Answer:
     model: type[pydantic.BaseModel] | None = None
     content_type: str = "application/json"
     headers: tuple[str, ...] = ()
+    links: Mapping[str, tuple[str, Mapping[str, str]]] = dataclasses.field(default_factory=dict)
+    """OpenAPI links: name -> (operationId, parameters as runtime expressions), for clients and
+    stateful testing (a POST's answer names what to GET next)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,13 +68,20 @@ ROUTES: tuple[Route, ...] = (
           "Submit one document; it is appended to a rolling batch of its namespace.",
           request=intake.DocumentRequest,
           answers={202: Answer("Accepted (or the replay of the first answer to this Idempotency-Key).",
-                               models.DocumentAccepted, headers=("Location", "Idempotency-Replayed")),
+                               models.DocumentAccepted, headers=("Location", "Idempotency-Replayed"),
+                               links={"GetJob": ("getJob", {"id": "$response.body#/jobId"}),
+                                      "GetJobResult": ("getJobResult", {"id": "$response.body#/jobId"})}),
                    **_POST, **_COMMON}),
     Route("POST", "/v1/namespaces/{namespace}/batches", "post_batch", "submitBatch",
           "Submit an ExtractionBatch spec under a name; admitted as the custom resource is.",
           request=models.BatchSubmission,
           answers={202: Answer("Accepted (or the replay of the first answer to this Idempotency-Key).",
-                               models.BatchAccepted, headers=("Location", "Idempotency-Replayed")),
+                               models.BatchAccepted, headers=("Location", "Idempotency-Replayed"),
+                               links={name: (operation, {"namespace": "$request.path.namespace",
+                                                         "name": "$response.body#/name"})
+                                      for name, operation in (("GetBatch", "getBatch"),
+                                                              ("GetBatchResults", "getBatchResults"),
+                                                              ("CancelBatch", "cancelBatch"))}),
                    **_POST, **_COMMON}),
     Route("GET", "/v1/namespaces/{namespace}/batches/{name}", "get_batch", "getBatch",
           "A batch's status: the custom resource's status fields.",
