@@ -275,6 +275,7 @@ def _shown_json(shown: _Shown, *, with_document: bool) -> dict[str, Any]:
             "last_error": job.last_error,
             "document_deleted_at": common.rfc3339(job.document_deleted_at),
             "result_deleted_at": common.rfc3339(job.result_deleted_at),
+            "reused_from": job.reused_from,
             "cost": _cost_json(None if shown.costs is None else shown.costs.total),
         },
         "attempts": [
@@ -467,6 +468,7 @@ def _print_shown(shown: _Shown, *, with_document: bool) -> None:
         ("updated", common.text(_when(job.updated_at, job.as_of))),
         ("finished", common.text(_when(job.finished_at, job.as_of))),
         ("last error", common.text(_error(job.last_error_class, job.last_error))),
+        ("result taken from", common.text(None if job.reused_from is None else f"job {job.reused_from}")),
         ("cost", common.text(_cost_text(None if shown.costs is None else shown.costs.total))),
     ):
         grid.add_row(label, value)

@@ -472,6 +472,8 @@ class JobDetail:
     """When retention (TenantQuota spec.retention.documentsDays) deleted the document; None: kept."""
     result_deleted_at: dt.datetime | None = None
     """When retention (spec.retention.resultsDays) deleted the extracted result; None: kept."""
+    reused_from: JobId | None = None
+    """The job whose accepted result this one took instead of calling the model (docs/reuse.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -565,6 +567,7 @@ async def get_job(conn: asyncpg.Connection, *, job_id: JobId) -> JobDetail | Non
         as_of=r["as_of"],
         document_deleted_at=r["document_deleted_at"],
         result_deleted_at=r["result_deleted_at"],
+        reused_from=None if r["reused_from"] is None else JobId(r["reused_from"]),
     )
 
 

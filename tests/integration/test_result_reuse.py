@@ -117,6 +117,8 @@ async def test_an_accepted_result_is_taken_across_batches_of_the_tenant_without_
     attempt = await db.fetchrow("SELECT outcome, tokens_in, tokens_out FROM job_attempts WHERE job_id = $1",
                                 second[0]["id"])
     assert dict(attempt) == {"outcome": "reused", "tokens_in": 0, "tokens_out": 0}
+    shown = await jobs.get_job(db, job_id=JobId(second[0]["id"]))  # what `lading jobs show` prints
+    assert shown is not None and shown.reused_from == first[0]["id"]
     # Its own success: its own completion event and (with an endpoint) its own delivery.
     assert await db.fetchval(
         "SELECT count(*) FROM outbox_events WHERE aggregate_id = $1 AND type = 'extraction.completed.v1'",

@@ -501,7 +501,7 @@ SELECT c.*, extract(epoch FROM now() - c.updated_at)::float8 AS updated_age_s
 SELECT j.id, j.tenant, j.batch_id, b.namespace AS batch_namespace, b.name AS batch_name, j.pool, j.schema,
        j.validation_policy, j.document_key, j.state, j.priority, j.attempt, j.max_attempts, j.fence,
        j.lease_until, j.worker_id, j.available_at, j.deadline_at, j.created_at, j.updated_at, j.finished_at,
-       j.last_error_class, j.last_error, j.document_deleted_at, j.result_deleted_at, now() AS as_of
+       j.last_error_class, j.last_error, j.document_deleted_at, j.result_deleted_at, j.reused_from, now() AS as_of
   FROM extraction_jobs j
   JOIN batches b ON b.id = j.batch_id
  WHERE j.id = $1;
