@@ -6,6 +6,7 @@ with the names, columns and list semantics users rely on.
 from __future__ import annotations
 
 import pathlib
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -282,6 +283,14 @@ def test_printer_columns(generated: dict[str, dict[str, Any]]) -> None:
         ("Delivered", "integer", ".status.delivered"),
         ("Oldest", "integer", ".status.oldestEligibleAgeSeconds"),
         ("Age", "date", ".metadata.creationTimestamp"),
+        # -o wide (priority 1):
+        ("Cost", "string", ".status.cost.amount"),
+        ("Currency", "string", ".status.cost.currency"),
+        ("Position", "integer", ".status.queuePosition"),
+        ("ETA", "integer", ".status.etaSeconds"),
+        ("Pool", "string", ".spec.inferencePoolRef.name"),
+        ("Tenant", "string", ".status.tenant"),
+        ("Reason", "string", '.status.conditions[?(@.type=="Ready")].reason'),
     ]
     assert [name for name, _, _ in columns("InferencePool")] == [
         "Provider",
@@ -296,8 +305,11 @@ def test_printer_columns(generated: dict[str, dict[str, Any]]) -> None:
         schema = crd_schema.openapi_schema(crd)
         for name, _, json_path in columns(kind):
             node: Mapping[str, Any] = schema
-            for step in json_path.strip(".").split("."):
+            # A filter (`conditions[?(@.type=="Ready")]`) selects items of a list: its path goes through them.
+            for step in re.sub(r"\[\?\(.*?\)\]", "[]", json_path).strip(".").split("."):
                 if step == "metadata":
                     break
-                node = node["properties"][step]
+                node = node["properties"][step.removesuffix("[]")]
+                if step.endswith("[]"):
+                    node = node["items"]
             assert node, f"{kind} column {name}"
