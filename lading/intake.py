@@ -20,12 +20,14 @@ A refusal rolls the whole transaction back: nothing is half-applied, and the key
 **Rolling batches.** Documents sent one by one are grouped into ordinary batch rows, so status,
 fairness, quotas, cancellation and delivery work as for any batch, without one batch per
 request. Documents share a batch when they share tenant, namespace, pool, delivery endpoint,
-priority, deadline, schema and validation policy (the batch row's columns). A group has at most
-one open batch (a unique index decides concurrent openers); it takes documents until it holds
-`RollingBatchSettings.max_documents` or `open_s` has passed since it opened, then the next
-document opens a new one. Appends to one batch take turns on its row lock, which is held from
-the append to the commit. A document key repeated under another idempotency key is another job:
-it goes to a new batch, as keys are unique within a batch.
+priority, deadline, schema and validation policy (the batch row's columns). A group has up to
+`RollingBatchSettings.open_batches` open batches, one per slot (a unique index decides concurrent
+openers of a slot); a batch takes documents until it holds `max_documents` or `open_s` has passed
+since it opened. A document appends to an open batch no other transaction holds (SKIP LOCKED),
+else opens one in a free slot, else waits for its key's slot: a batch's row is held from the
+append to the commit, so concurrent documents spread over the slots instead of queuing on one
+row. A document key repeated under another idempotency key is another job: it goes to another
+batch, as keys are unique within a batch.
 
 Tenant identity is the `namespace` argument, which callers take from trusted context (the
 token's namespace, the broker's permissions), never from the document.
@@ -413,16 +415,32 @@ async def _open_batch_for(
         key: str,
         settings: RollingBatchSettings,
 ) -> tuple[BatchId, str, bool]:
-    """The group's open batch that takes document `key`, locked: (id, name, opened by us)."""
+    """An open batch of the group that takes document `key`, locked: (id, name, opened by us).
+
+    In order: an open batch no one else holds (closing on the way any that is full, past its time
+    or holds the key); else a new batch in a slot with none open; else, every slot's batch being
+    held, a wait for the one of the key's slot. Only a holder of a closed batch ever waits, and
+    only for a batch whose holder waits for none: no cycle."""
+    slots = [f"{batch.group}#{slot}" for slot in range(settings.open_batches)]
+    mine = slots[int(hashlib.sha256(key.encode("utf-8", "replace")).hexdigest(), 16) % len(slots)]
     for _ in range(_OPEN_ATTEMPTS):
-        current = await batches.lock_open_rolling(conn, group=batch.group, document_key=key)
-        if current is not None:
-            if current.taking and not current.key_taken and current.total_jobs < settings.max_documents:
-                return current.id, current.name, False
-            await batches.close_rolling(conn, batch_id=current.id)
-        opened = await batches.open_rolling(conn, batch.row, group=batch.group, open_s=settings.open_s)
-        if opened is not None:
-            return opened, batch.row.name, True
+        while (free := await batches.pick_open_rolling(conn, groups=slots, document_key=key)) is not None:
+            if _takes(free, settings):
+                return free.id, free.name, False
+            await batches.close_rolling(conn, batch_id=free.id)
+        for slot in slots:
+            opened = await batches.open_rolling(conn, batch.row, group=slot, open_s=settings.open_s)
+            if opened is not None:
+                return opened, batch.row.name, True
+        held = await batches.lock_open_rolling(conn, group=mine, document_key=key)
+        if held is not None:
+            if _takes(held, settings):
+                return held.id, held.name, False
+            await batches.close_rolling(conn, batch_id=held.id)
     raise errors.AcceptanceInProgress(
         f"the rolling batch of namespace {batch.row.namespace} is being opened by other transactions; retry shortly"
     )
+
+
+def _takes(batch: batches.OpenRolling, settings: RollingBatchSettings) -> bool:
+    return batch.taking and not batch.key_taken and batch.total_jobs < settings.max_documents

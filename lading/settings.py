@@ -98,9 +98,18 @@ class RollingBatchSettings:
     open_s: float = 300.0
     """Seconds a rolling batch takes documents after it opened. Five minutes: a trickle of
     documents still lands in few batches, and a batch's status settles soon after its last one."""
+    open_batches: int = 4
+    """Open rolling batches per group at once. A batch's row is held from a document's append to
+    its commit, so documents of one group sent at the same time append to different batches
+    instead of waiting for each other's commits; sent one after another, they fill one batch."""
     lock_timeout_s: float = 5.0
     """Longest wait for another transaction holding the same idempotency key (then
     AcceptanceInProgress: HTTP 409) or the group's batch row, as acceptance of a batch waits."""
+
+    def __post_init__(self) -> None:
+        if self.max_documents < 1 or self.open_batches < 1:
+            raise ValueError(f"a rolling batch needs room for a document and a group an open batch, got "
+                             f"max_documents={self.max_documents}, open_batches={self.open_batches}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -160,6 +160,23 @@ async def lock_open_rolling(conn: asyncpg.Connection, *, group: str, document_ke
     )  # fmt: skip
 
 
+async def pick_open_rolling(
+        conn: asyncpg.Connection,
+        *,
+        groups: list[str],
+        document_key: str,
+) -> OpenRolling | None:
+    """An open batch of `groups` no other transaction holds, locked until the transaction ends
+    (SKIP LOCKED, never waits); None when every open one is held, or none is open."""
+    row = await conn.fetchrow(queries.sql("batch_pick_open_rolling"), groups, document_key)
+    if row is None:
+        return None
+    return OpenRolling(
+        id=BatchId(row["id"]), namespace=row["namespace"], name=row["name"], total_jobs=row["total_jobs"],
+        taking=row["taking"], key_taken=row["key_taken"],
+    )  # fmt: skip
+
+
 async def close_rolling(conn: asyncpg.Connection, *, batch_id: BatchId) -> None:
     """The rolling batch takes no more documents; the next of its group opens a new one."""
     await conn.execute(queries.sql("batch_close_rolling"), batch_id)

@@ -107,14 +107,24 @@ async def test_fifty_concurrent_submissions_of_one_key_make_one_job(
     assert (await written(db))["extraction_jobs"] == 1
 
 
-async def test_concurrent_documents_share_one_batch_with_distinct_ordinals(
+async def test_concurrent_documents_spread_over_the_open_batches_of_their_group(
         db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
     await seed(db)
-    results = await asyncio.gather(*(submit(dbpool, document(f"inv-{i}")) for i in range(40)))
+    settings = RollingBatchSettings()
+    results = await asyncio.gather(*(submit(dbpool, document(f"inv-{i}"), settings=settings) for i in range(40)))
+    assert 1 <= len({r.batch_name for r in results}) <= settings.open_batches
+    rows = await db.fetch(
+        "SELECT b.total_jobs, array_agg(j.ordinal ORDER BY j.ordinal) AS ordinals"
+        "  FROM batches b JOIN extraction_jobs j ON j.batch_id = b.id GROUP BY b.id"
+    )
+    assert all(r["ordinals"] == list(range(r["total_jobs"])) for r in rows)  # each batch counts its own
+    assert sum(r["total_jobs"] for r in rows) == 40
+    # One open batch per group: they all take turns on it, and it holds all of them.
+    await submit(dbpool, document("x-0", priority="low"))
+    one = RollingBatchSettings(open_batches=1)
+    results = await asyncio.gather(*(submit(dbpool, document(f"x-{i}", priority="low"), settings=one)
+                                     for i in range(1, 20)))  # fmt: skip
     assert len({r.batch_name for r in results}) == 1
-    rows = await db.fetch("SELECT ordinal FROM extraction_jobs ORDER BY ordinal")
-    assert [r["ordinal"] for r in rows] == list(range(40))
-    assert await db.fetchval("SELECT total_jobs FROM batches") == 40
 
 
 async def test_a_rolling_batch_closes_when_full_when_its_time_is_up_and_on_a_repeated_key(

@@ -131,3 +131,16 @@ SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp()
 -- name: batch_close_rolling
 -- Batch $1 takes no more documents (the next one of its group opens a new batch).
 UPDATE batches SET open_until = NULL WHERE id = $1 AND open_until IS NOT NULL;
+
+-- name: batch_pick_open_rolling
+-- An open batch of the rolling groups $1 (the slots of one group) that no other transaction holds,
+-- lowest id first, locked until the caller's transaction ends (SKIP LOCKED: concurrent documents
+-- of one group append to different batches instead of queuing on one row), with whether it still
+-- takes documents and whether document key $2 is in it already.
+SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp() AS taking,
+       EXISTS (SELECT 1 FROM extraction_jobs j WHERE j.batch_id = b.id AND j.document_key = $2) AS key_taken
+  FROM batches b
+ WHERE b.rolling_group = ANY($1::text[]) AND b.open_until IS NOT NULL
+ ORDER BY b.id
+ LIMIT 1
+   FOR UPDATE OF b SKIP LOCKED;
