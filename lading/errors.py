@@ -15,6 +15,7 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── applying.AdmissionRejected   a batch or document was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
         │   ├── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
         │   └── applying.InvalidDocument  a single document's fields are invalid (every field error)
+        ├── applying.PricingCurrencyChanged   a priced InferencePool's spec.pricing names another currency
         ├── intake.IdempotencyMismatch   a document's idempotency key was used for another request
         ├── documents.manifest_lines.ManifestInvalid   a manifest line is invalid (names the line and field)
         ├── documents.fetching.DocumentNotFound, DocumentRefused, DigestMismatch, DocumentNotText

@@ -17,6 +17,10 @@ and turn the outcome into exactly one Finish transition.
                                       (temperature 0 reproduces it), or when an answer is
                                       truncated a second time
 
+Every Finish carries what the attempt cost at the pool's `spec.pricing` (`lading.costing`: reported
+usage, or the reservation for an answer without usage and a request that timed out after it was
+sent); the committer records it on the attempt, the job and the tenant's spend (docs/cost.md).
+
 Every outcome passes `base.checked` first, the boundary for model output: a result PostgreSQL
 cannot store (NUL, lone surrogates, integers past 64 bits, non-finite numbers) is INVALID_OUTPUT
 (UNSTORABLE_OUTPUT) with its raw output kept escaped, and an implausible token count is not
