@@ -382,3 +382,24 @@ def test_an_image_given_by_digest_renders_as_repository_at_digest() -> None:
     digest = "sha256:" + "ab" * 32
     args = _operator_args("--set", f"image.tag={digest}")
     assert args[args.index("--worker-image") + 1] == f"ghcr.io/lading-dev/lading@{digest}"
+
+
+def test_the_pod_monitor_scrapes_vllm_pods_besides_workers_and_the_relay() -> None:
+    (monitor,) = objects(NON_DEFAULT, "PodMonitor")
+    (expression,) = monitor["spec"]["selector"]["matchExpressions"]
+    assert expression["key"] == "app.kubernetes.io/component" and set(expression["values"]) == {
+        "worker", "relay", "vllm"
+    }  # fmt: skip
+    # The operator labels and names the vLLM pods' port so: the PodMonitor's endpoint finds it.
+    from lading_operator import rendering
+
+    from lading.models import specs
+
+    pool = specs.InferencePool.model_validate({"metadata": {"name": "q", "namespace": "lading-system"},
+                                               "spec": {"provider": "vllm", "model": "m"}})  # fmt: skip
+    pod = rendering.vllm_deployment(pool, uid="u")["spec"]["template"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "vllm"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == monitor["spec"]["selector"]["matchLabels"][
+        "app.kubernetes.io/name"
+    ]
+    assert pod["spec"]["containers"][0]["ports"][0]["name"] == monitor["spec"]["podMetricsEndpoints"][0]["port"]
