@@ -128,7 +128,7 @@ async def _exercise_every_kind(emulator: kube_emulator.KubeEmulator, api: kube.C
         async def gone(resource: str = resource, namespace: str | None = namespace, name: str = name) -> bool:
             return emulator.stored(resource, namespace, name) is None
 
-        await until(gone, timeout_s=20)
+        await until(gone, timeout_s=30)
 
 
 async def test_every_call_the_operator_makes_is_granted_by_the_charts_rbac(
