@@ -26,6 +26,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
     reuse        a 10,000-document batch with 30 % duplicates (7,000 distinct documents): model calls
                  vs distinct documents, jobs that took a result or waited for a duplicate; then
                  10,000 fresh jobs vs 10,000 jobs that all take an earlier result (jobs/s of each)
+    api          single-document POSTs to the HTTP intake (`lading api`, its own process) from a load
+                 generator in another process: open loop at 200, 500 and 1,000 req/s, then the
+                 saturation rate of 64 closed-loop clients (hack/bench_api.py)
     validation   each validation policy over the adversarial and clean corpora: a confusion
                  matrix per answer class (on stderr), the false-review rate on clean invoices,
                  and µs of validation per document; needs no database (hack/bench_validation.py)
@@ -49,7 +52,7 @@ import sys
 
 # Run as a file (`make bench` sets PYTHONSAFEPATH): put the source roots on the path first.
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _source_root in (_ROOT / "cli", _ROOT / "worker", _ROOT):
+for _source_root in (_ROOT / "cli", _ROOT / "api", _ROOT / "worker", _ROOT):
     if str(_source_root) not in sys.path:
         sys.path.insert(0, str(_source_root))
 
@@ -78,6 +81,7 @@ from lading.providers import base  # noqa: E402
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings  # noqa: E402
 
 sys.path.insert(0, str(_ROOT / "hack"))
+import bench_api  # noqa: E402
 import bench_cleaner  # noqa: E402
 import bench_delivery  # noqa: E402
 import bench_limiter  # noqa: E402
@@ -1058,6 +1062,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cleaner": bench_cleaner.bench_cleaner,
     "reuse": bench_reuse,
     "validation": bench_validation.bench_validation,
+    "api": bench_api.bench,
 }
 
 DATABASE_FREE: dict[str, Callable[[], tuple[dict[str, Any], dict[str, Any], bool]]] = {

@@ -1,0 +1,240 @@
+"""
+The `api` benchmark (run through hack/bench.py): single-document POSTs to the HTTP intake
+(`lading api`, a separate process) with unique Idempotency-Keys, from a load generator in another
+separate process (this file with `--load`).
+
+    open loop   fixed offered rates (200, 500, 1,000 req/s, LADING_BENCH_API_SECONDS each, default
+                30): request i is sent at t0 + i/rate whether or not earlier ones were answered, so a
+                slow server shows as latency, not as a lower offered rate (no coordinated omission:
+                latency is measured from the scheduled send time)
+    saturation  closed loop, LADING_BENCH_API_CLIENTS concurrent clients (default 64) for 10 s:
+                documents/s accepted, the intake's ceiling on this machine
+    core        the same closed loop calling `lading.intake.submit_document` in-process (no HTTP,
+                no token, no Idempotency-Key record): what the core allows, to tell which layer a
+                ceiling belongs to
+
+Each 202 leaves only after the commit that holds its document (synchronous_commit on). Reports
+p50/p95/p99 latency, errors by status, the achieved rate, the intake process's CPU seconds and the
+load average. Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no errors;
+saturation >= 2,000 documents/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import aiohttp
+
+from lading import access, intake
+from lading.db import api_tokens, registry
+from lading.db import pool as dbpool
+from lading.ids import TenantName
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMESPACE = "bench"
+RATES = (200, 500, 1000)
+SECONDS = float(os.environ.get("LADING_BENCH_API_SECONDS", "30"))
+CLIENTS = int(os.environ.get("LADING_BENCH_API_CLIENTS", "64"))
+SATURATION_S = 10.0
+TARGET_P50_MS = 3.0
+TARGET_P99_MS = 10.0
+TARGET_SATURATION_PER_S = 2000.0
+TEXT = "ACME GmbH\nInvoice {n}\nDate 2026-03-01\nNet 100.00 EUR\nVAT 19% 19.00 EUR\nTotal 119.00 EUR\n" * 8
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))] if ordered else 0.0
+
+
+def _body(n: int) -> bytes:
+    return json.dumps({"key": f"doc-{n}", "text": TEXT.format(n=n), "inferencePoolRef": "lading-system/bench"}).encode()
+
+
+async def _post(session: aiohttp.ClientSession, url: str, token: str, key: str, n: int) -> int:
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key, "Content-Type": "application/json"}
+    try:
+        async with session.post(url, data=_body(n), headers=headers) as response:
+            await response.read()
+            return response.status
+    except (aiohttp.ClientError, TimeoutError):  # counted as status 0: not answered
+        return 0
+
+
+async def _open_loop(url: str, token: str, rate: float, seconds: float, prefix: str) -> dict[str, Any]:
+    count = int(rate * seconds)
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    lag: list[float] = []
+    connector = aiohttp.TCPConnector(limit=512)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.2
+
+        async def one(i: int) -> None:
+            scheduled = start + i / rate
+            await asyncio.sleep(max(0.0, scheduled - loop.time()))
+            lag.append(loop.time() - scheduled)
+            status = await _post(session, url, token, f"{prefix}-{i}", i)
+            latencies.append((loop.time() - scheduled) * 1000)
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+        elapsed = loop.time() - start
+    return {
+        "offered_per_s": rate, "requests": count, "achieved_per_s": round(count / elapsed, 1),
+        "p50_ms": round(_quantile(latencies, 0.50), 2), "p95_ms": round(_quantile(latencies, 0.95), 2),
+        "p99_ms": round(_quantile(latencies, 0.99), 2), "max_ms": round(max(latencies), 2),
+        "statuses": statuses, "errors": count - statuses.get("202", 0),
+        "send_lag_p99_ms": round(_quantile(lag, 0.99) * 1000, 2),
+    }  # fmt: skip
+
+
+async def _closed_loop(url: str, token: str, clients: int, seconds: float) -> dict[str, Any]:
+    accepted = 0
+    errors = 0
+    counter = iter(range(10**9))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+
+        async def client() -> None:
+            nonlocal accepted, errors
+            while loop.time() < end:
+                n = next(counter)
+                if await _post(session, url, token, f"sat-{n}", n) == 202:
+                    accepted += 1
+                else:
+                    errors += 1
+
+        started = loop.time()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = loop.time() - started
+    return {"clients": clients, "accepted_per_s": round(accepted / elapsed, 1), "errors": errors}
+
+
+def load_main(argv: list[str]) -> int:
+    """The load generator's process: `bench_api.py --load URL TOKEN MODE ARG SECONDS PREFIX`."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--load", nargs=6, metavar=("URL", "TOKEN", "MODE", "ARG", "SECONDS", "PREFIX"))
+    url, token, mode, arg, seconds, prefix = parser.parse_args(argv).load
+    if mode == "open":
+        report = asyncio.run(_open_loop(url, token, float(arg), float(seconds), prefix))
+    else:
+        report = asyncio.run(_closed_loop(url, token, int(arg), float(seconds)))
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+async def _core_loop(url: str, clients: int, seconds: float) -> dict[str, Any]:
+    """`submit_document` directly, `clients` at once, for `seconds`."""
+    db = await dbpool.create_pool(url, min_size=1, max_size=clients)
+    accepted = 0
+    errors = 0
+    counter = iter(range(10**9))
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+
+        async def client() -> None:
+            nonlocal accepted, errors
+            while loop.time() < end:
+                n = next(counter)
+                document = intake.SubmittedDocument(
+                    key=f"core-{n}", text=TEXT.format(n=n), uri=None, sha256=None, bytes=None,
+                    inference_pool_ref="lading-system/bench", delivery_endpoint_ref=None, priority=None,
+                    deadline_seconds=None,
+                )  # fmt: skip
+                try:
+                    await intake.submit_document(db, namespace=NAMESPACE, document=document,
+                                                 idempotency_key=f"core-{n}", request_digest=f"d{n}")
+                    accepted += 1
+                except Exception:
+                    errors += 1
+
+        started = loop.time()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = loop.time() - started
+    finally:
+        await db.close()
+    return {"clients": clients, "accepted_per_s": round(accepted / elapsed, 1), "errors": errors}
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load(url: str, token: str, *args: str) -> dict[str, Any]:
+    """Run the load generator in its own process (blocking: the benchmark does nothing else meanwhile)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--load", url, token, *args], capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    conn = await dbpool.connect(url)
+    try:
+        await registry.upsert_tenant(conn, name=TenantName(NAMESPACE), namespaces=[NAMESPACE], weight=1,
+                                     max_queued_jobs=None, max_in_flight=None, spec={})
+        token = access.mint()
+        await api_tokens.insert(conn, name="bench", token_sha256=access.digest(token), namespaces=[NAMESPACE],
+                                expires_at=None)
+        synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "api"), *sys.path])}
+    server = subprocess.Popen([sys.executable, "-m", "lading_api", "--port", "0", "--database-url", url,  # noqa: ASYNC220
+                               "--pool-size", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert server.stdout is not None
+    line = server.stdout.readline().decode()
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        server.kill()
+        return {"error": f"lading api did not start: {line}"}, {}, False
+    base = match[1] + f"/v1/namespaces/{NAMESPACE}/documents"
+    results: dict[str, Any] = {"synchronous_commit": synchronous_commit, "seconds_per_rate": SECONDS, "rates": []}
+    try:
+        _load(base, token, "open", "50", "2", "warm")  # connections, caches, plans
+        for rate in RATES:
+            cpu = _cpu_s(server.pid)
+            report = _load(base, token, "open", str(rate), str(SECONDS), f"r{rate}")
+            report["server_cpu_s"] = round(_cpu_s(server.pid) - cpu, 2)
+            report["loadavg_1m"] = os.getloadavg()[0]
+            results["rates"].append(report)
+        cpu = _cpu_s(server.pid)
+        saturation = _load(base, token, "closed", str(CLIENTS), str(SATURATION_S), "sat")
+        saturation["server_cpu_s"] = round(_cpu_s(server.pid) - cpu, 2)
+        saturation["loadavg_1m"] = os.getloadavg()[0]
+        results["saturation"] = saturation
+        core = await _core_loop(url, min(CLIENTS, 20), SATURATION_S)
+        core["loadavg_1m"] = os.getloadavg()[0]
+        results["core_submit"] = core
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+    at_500 = next((r for r in results["rates"] if r.get("offered_per_s") == 500), {})
+    targets = {"p50_ms_at_500": TARGET_P50_MS, "p99_ms_at_500": TARGET_P99_MS, "errors_at_500": 0,
+               "saturation_per_s": TARGET_SATURATION_PER_S}
+    passed = (at_500.get("p50_ms", 1e9) <= TARGET_P50_MS and at_500.get("p99_ms", 1e9) <= TARGET_P99_MS
+              and at_500.get("errors", 1) == 0
+              and results["saturation"].get("accepted_per_s", 0) >= TARGET_SATURATION_PER_S)
+    return results, targets, passed
+
+
+if __name__ == "__main__":
+    raise SystemExit(load_main(sys.argv[1:]))
