@@ -12,7 +12,7 @@ The one exception root of Lading, so callers can tell "try again" from "stop".
         ├── IllegalTransition       a state change the state machine does not allow
         ├── MigrationError          the database schema is ahead of or diverges from this code
         ├── UnknownPolicy           a validation policy name this code does not know
-        ├── applying.AdmissionRejected   a batch or document was not admitted (reason: NoTenantQuota, QuotaExceeded, ...)
+        ├── applying.AdmissionRejected   a batch or document was not admitted (NoTenantQuota, QuotaExceeded, ...)
         │   ├── applying.InvalidManifest  its document manifest is invalid (reason InvalidManifest)
         │   └── applying.InvalidDocument  a single document's fields are invalid (every field error)
         ├── applying.PricingCurrencyChanged   a priced InferencePool's spec.pricing names another currency
