@@ -97,13 +97,13 @@ def get(url: str, token: str) -> int:
 def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
         api_server: ApiProcess, database_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "acme",
+    code, out, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "tokens-ns",
                             "--name", f"ci-{secrets.token_hex(3)}", "--expires-in", "30d")
     assert code == 0, err
     token, name = out.strip(), err.split()[1]
     assert token.startswith("lading_") and "expires" in err
-    url = f"{api_server.base_url}/v1/jobs/1"
-    assert get(url, token) == 404
+    url = f"{api_server.base_url}/v1/namespaces/tokens-ns/batches/none"
+    assert get(url, token) == 404  # authenticated: nothing there
     code, out, _ = lading(capsys, "tokens", "list", "--database-url", database_url, "--json")
     assert code == 0 and token not in out
     assert {t["name"]: t["active"] for t in json.loads(out)["tokens"]}[name] is True
