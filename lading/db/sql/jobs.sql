@@ -122,8 +122,9 @@ WITH input AS (
                 tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back,
                 cost, cost_currency)
 ), locked AS (
-    -- Lock the rows in id order before changing them (see job_heartbeat_many).
-    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+    -- Lock the rows in id order before changing them (see job_heartbeat_many); their tenants are
+    -- read here once, for the usage and spend rows below.
+    SELECT j.id, j.tenant FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -176,22 +177,22 @@ WITH input AS (
     -- Money spent counts against the tenant's budget whether or not the attempt was stale; rows
     -- in (tenant, currency) order, like tenant_usage below.
     INSERT INTO tenant_spend AS s (tenant, currency, day, amount)
-    SELECT j.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
-      FROM input i JOIN extraction_jobs j ON j.id = i.job_id
+    SELECT l.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
+      FROM input i JOIN locked l ON l.id = i.job_id
      WHERE i.cost > 0
-     GROUP BY j.tenant, i.cost_currency
-     ORDER BY j.tenant, i.cost_currency
+     GROUP BY l.tenant, i.cost_currency
+     ORDER BY l.tenant, i.cost_currency
     ON CONFLICT (tenant, currency, day) DO UPDATE SET amount = s.amount + EXCLUDED.amount
 ), used AS (
     -- Tokens spent count against the tenant's daily budget whether or not the attempt was stale.
     -- Tenants in name order: two finishing statements lock their usage rows in the same order.
     INSERT INTO tenant_usage AS u (tenant, day, tokens)
-    SELECT j.tenant, (clock_timestamp() AT TIME ZONE 'UTC')::date,
+    SELECT l.tenant, (clock_timestamp() AT TIME ZONE 'UTC')::date,
            sum(coalesce(i.tokens_in, 0)::bigint + coalesce(i.tokens_out, 0))
-      FROM input i JOIN extraction_jobs j ON j.id = i.job_id
+      FROM input i JOIN locked l ON l.id = i.job_id
      WHERE coalesce(i.tokens_in, 0) + coalesce(i.tokens_out, 0) > 0
-     GROUP BY j.tenant
-     ORDER BY j.tenant
+     GROUP BY l.tenant
+     ORDER BY l.tenant
     ON CONFLICT (tenant, day) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
 )
 SELECT id FROM finished;
