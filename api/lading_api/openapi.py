@@ -43,8 +43,8 @@ def document() -> dict[str, Any]:
     for route in routes.ROUTES:
         operation: dict[str, Any] = {"operationId": route.operation_id, "summary": route.summary, "responses": {}}
         parameters = [_path_parameter(name) for name in _PARAM.findall(route.path)]
-        parameters += [{"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
-                       for n, t, d in route.query]
+        parameters += [{"name": n, "in": "query", "required": False, "description": d, "schema": dict(schema)}
+                       for n, schema, d in route.query]
         if route.method == "POST":
             parameters.append({
                 "name": "Idempotency-Key", "in": "header", "required": True,

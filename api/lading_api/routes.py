@@ -37,8 +37,8 @@ class Route:
     summary: str
     request: type[pydantic.BaseModel] | None = None
     answers: Mapping[int, Answer] = dataclasses.field(default_factory=dict)
-    query: tuple[tuple[str, str, str], ...] = ()
-    """Query parameters: (name, JSON type, description)."""
+    query: tuple[tuple[str, Mapping[str, object], str], ...] = ()
+    """Query parameters: (name, JSON schema, description)."""
     public: bool = False
     """Served without a token (health and the document itself)."""
 
@@ -92,9 +92,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/namespaces/{namespace}/batches/{name}/results", "get_batch_results", "getBatchResults",
           "A batch's jobs with their results, one JSON object a line, in key order, keyset-paged.",
           answers={200: Answer("One ResultLine a line; a `Link: <...>; rel=\"next\"` header when more follow.",
-                               models.ResultLine, NDJSON, ("Link",)), **_COMMON},
-          query=(("after", "string", "Start after this document key (from the previous page's Link)."),
-                 ("limit", "integer", "Lines per page, 1 to 1000 (default 100)."))),
+                               models.ResultLine, NDJSON, ("Link",)),
+                   400: Answer("A limit outside 1 to 1000.", _PROBLEM, "application/problem+json"), **_COMMON},
+          query=(("after", {"type": "string"},
+                  "Start after this document key (from the previous page's Link)."),
+                 ("limit", {"type": "integer", "minimum": 1, "maximum": 1000},
+                  "Lines per page, 1 to 1000 (default 100)."))),
     Route("GET", "/v1/jobs/{id}", "get_job", "getJob",
           "A job's state: 200 with Retry-After while it waits or runs, 303 to its result once terminal or in review.",
           answers={200: Answer("Waiting or running.", models.JobView, headers=("Retry-After",)),
