@@ -11,11 +11,10 @@ import json
 
 import aiohttp
 import asyncpg
-import pytest
 
 from lading.db import jobs
 from lading.ids import JobId
-from tests.integration.api.conftest import ApiProcess, Tenant, call, document, make_tenant
+from tests.integration.api.conftest import Answer, ApiProcess, Tenant, call, document, make_tenant
 
 SPEC = {
     "schema": "invoice.v1",
@@ -77,10 +76,10 @@ async def test_every_refusal_has_its_status_and_problem_type(
     acme = await make_tenant(db, "acme", max_queued_jobs=1, spec={"allowedPools": ["lading-system/builtin"]})
     url = f"{api_server.base_url}/v1/namespaces/acme/documents"
 
-    def problem(answer: object, status: int, kind: str) -> None:
-        assert answer.status == status, answer.body  # type: ignore[attr-defined]
-        assert answer.headers["Content-Type"] == "application/problem+json"  # type: ignore[attr-defined]
-        assert answer.body["type"] == f"https://lading.dev/problems/{kind}"  # type: ignore[attr-defined]
+    def problem(answer: Answer, status: int, kind: str) -> None:
+        assert answer.status == status, answer.body
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        assert answer.body["type"] == f"https://lading.dev/problems/{kind}"
 
     problem(await call(http, "POST", url, key="k", json=document()), 401, "unauthorized")
     problem(await call(http, "POST", url, tenant=acme, json=document()), 400, "idempotency-key-missing")
@@ -127,29 +126,33 @@ async def test_the_retry_after_of_a_full_queue_follows_the_tenants_drain_rate(
     assert int(draining.headers["Retry-After"]) == 50  # one more job at 6 jobs / 300 s
 
 
-@pytest.mark.parametrize("route", [
+ROUTES = [
     ("POST", "/v1/namespaces/acme/documents"), ("POST", "/v1/namespaces/acme/batches"),
     ("GET", "/v1/namespaces/acme/batches/march"), ("DELETE", "/v1/namespaces/acme/batches/march"),
     ("GET", "/v1/namespaces/acme/batches/march/results"), ("GET", "/v1/jobs/{job}"),
     ("GET", "/v1/jobs/{job}/result"),
-])  # fmt: skip
+]  # fmt: skip
+"""Every route that needs a token, at an object of namespace acme."""
+
+
 async def test_another_namespaces_token_gets_404_on_every_route(
-        route: tuple[str, str], api_server: ApiProcess, acme: Tenant, globex: Tenant, http: aiohttp.ClientSession,
+        api_server: ApiProcess, acme: Tenant, globex: Tenant, http: aiohttp.ClientSession,
 ) -> None:
     base = api_server.base_url
     batch = await call(http, "POST", f"{base}/v1/namespaces/acme/batches", tenant=acme, key="b",
                        json={"name": "march", "spec": SPEC})
     job = await call(http, "POST", f"{base}/v1/namespaces/acme/documents", tenant=acme, key="d", json=document())
     assert (batch.status, job.status) == (202, 202)
-    method, path = route
-    url = base + path.format(job=job.body["jobId"])
-    body = document() if path.endswith("documents") else {"name": "march", "spec": SPEC}
-    theirs = await call(http, method, url, tenant=globex, key="d" if method == "POST" else None,
-                        json=body if method == "POST" else None)
-    missing = await call(http, method, base + path.replace("march", "april").format(job=999999),
-                         tenant=globex, key="x" if method == "POST" else None, json=body if method == "POST" else None)
-    assert theirs.status == 404 and missing.status == 404
-    # The same answer for what exists elsewhere and what does not exist: nothing to learn from.
-    assert theirs.body["type"] == missing.body["type"] and theirs.body["title"] == missing.body["title"]
+    for method, path in ROUTES:
+        url = base + path.format(job=job.body["jobId"])
+        body = document() if path.endswith("documents") else {"name": "march", "spec": SPEC}
+        post = {"key": "d", "json": body} if method == "POST" else {}
+        theirs = await call(http, method, url, tenant=globex, **post)
+        missing = await call(http, method, base + path.replace("march", "april").format(job=999999), tenant=globex,
+                             **post)
+        assert (theirs.status, missing.status) == (404, 404), (method, path)
+        # The same answer for what exists elsewhere and what does not exist: nothing to learn from.
+        assert (theirs.body["type"], theirs.body["title"]) == (missing.body["type"], missing.body["title"])
     still = await call(http, "GET", f"{base}/v1/namespaces/acme/batches/march", tenant=acme)
     assert still.status == 200 and still.body["cancelled"] == 0
+    assert (await call(http, "GET", f"{base}/v1/jobs/{job.body['jobId']}", tenant=acme)).status == 200
