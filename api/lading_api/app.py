@@ -46,9 +46,9 @@ import prometheus_client
 import pydantic
 
 from lading import access, applying, errors, failpoints, health, intake, metrics, reasons
-from lading.db import api_requests, api_tokens, api_views, batches, deliveries, jobs, locks, registry
+from lading.db import api_requests, api_tokens, api_views, batches, deliveries, jobs, locks, queue, registry
 from lading.documents import manifest_lines
-from lading.ids import JobId
+from lading.ids import JobId, PoolName
 from lading.jobs.states import SETTLED
 from lading.models import specs
 from lading.settings import DocumentSettings
@@ -392,7 +392,11 @@ class Intake:
         if found.endpoint is not None:
             delivered = await deliveries.count_delivered_of_batch(conn, batch_id=found.id)
         failures = await jobs.failures_of_batch(conn, batch_id=found.id, limit=10)
-        return batch_status.view(found, current, delivered=delivered, failures=failures)
+        settled = sum(n for state, n in current.counts.items() if state in SETTLED) >= current.total
+        where = None if settled else await queue.position(
+            conn, pool=PoolName(found.pool), tenant=found.tenant, batch_id=found.id
+        )
+        return batch_status.view(found, current, delivered=delivered, failures=failures, where=where)
 
 
 def _wait(over: int, rate: float, ceiling: int) -> float:

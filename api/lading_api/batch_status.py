@@ -5,8 +5,13 @@ from the same reads (`lading.db.batches.get_observed`). Pure: the caller reads, 
 
     phase      Completed   every job settled, some succeeded or await review (or none at all)
                Failed      every job settled, none succeeded
-               Suspended   spec.suspend and work left
+               Suspended   suspended and work left
                Running     work left
+    conditions Ready, Stalled (kstatus), Admitted, Progressing, Complete, Failed, Delivered
+    queuePosition, etaSeconds   while work is left (`lading.db.queue.position`, the operator's read too)
+
+The rules are the operator's; a change there is a change here (tests/integration/api checks the
+fields a client reads).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from lading.db import api_views, batches, jobs
+from lading.db import api_views, batches, jobs, queue
 from lading.jobs.states import SETTLED, JobState
 
 
@@ -37,7 +42,9 @@ def view(
         *,
         delivered: int | None,
         failures: Sequence[jobs.Failure],
+        where: queue.QueuePosition | None,
 ) -> dict[str, Any]:
+    """`where` is the batch's queue position, read while it is not settled (None once it is)."""
     c = current.counts
     settled = sum(n for s, n in c.items() if s in SETTLED) >= current.total
     good = c[JobState.SUCCEEDED] + c[JobState.REVIEW_REQUIRED]
@@ -47,17 +54,37 @@ def view(
         phase = "Suspended"
     else:
         phase = "Running"
-    conditions = [
-        _condition("Admitted", True, "Admitted", f"batch {current.batch_id} of tenant {batch.tenant}"),
-        _condition("Progressing", not settled and not current.suspended,
-                   "Settled" if settled else ("Suspended" if current.suspended else "JobsRemaining")),
-        _condition("Complete", settled, ("Completed" if phase == "Completed" else "Failed") if settled
-                   else "JobsRemaining"),
-    ]  # fmt: skip
+    failed = phase == "Failed"
+    progressing = "Settled" if settled else ("Suspended" if current.suspended else "JobsRemaining")
+    complete = ("Failed" if failed else "Completed") if settled else "JobsRemaining"
+    summary = (f"{c[JobState.SUCCEEDED]} succeeded, {c[JobState.REVIEW_REQUIRED]} awaiting review, "
+               f"{c[JobState.FAILED_TERMINAL]} failed, {c[JobState.CANCELLED]} cancelled of {current.total}")
+    delivery = None
     if delivered is not None:
         done = delivered >= good and settled
-        conditions.append(_condition("Delivered", done, "AllDelivered" if done else "DeliveriesPending",
-                                     f"{delivered} of {good} results delivered"))
+        delivery = _condition("Delivered", done, "AllDelivered" if done else "DeliveriesPending",
+                              f"{delivered} of {good} results delivered")
+    # kstatus, as the custom resource: Ready once it did what it is for (completed, and delivered when it
+    # has an endpoint); Stalled when only a person can move it on (it failed).
+    if failed:
+        ready, ready_message = "Failed", summary
+    elif not settled:
+        ready, ready_message = progressing, ""
+    elif delivery is not None and delivery["status"] != "True":
+        ready, ready_message = delivery["reason"], delivery["message"]
+    else:
+        ready, ready_message = (delivery["reason"] if delivery is not None else "Completed"), summary
+    conditions = [
+        _condition("Ready", ready in ("Completed", "AllDelivered"), ready, ready_message),
+        _condition("Stalled", failed, "Failed" if failed else "NotStalled", summary if failed else ""),
+        _condition("Admitted", True, "Admitted", f"batch {current.batch_id} of tenant {batch.tenant}"),
+        _condition("Progressing", not settled and not current.suspended, progressing),
+        # A failed batch is not Complete: waiting for Complete waits for success only.
+        _condition("Complete", settled and not failed, complete),
+        _condition("Failed", failed, complete, summary if failed else ""),
+    ]
+    if delivery is not None:
+        conditions.append(delivery)
     return {
         "namespace": batch.namespace,
         "name": batch.name,
@@ -74,6 +101,8 @@ def view(
         "cancelled": c[JobState.CANCELLED],
         "delivered": delivered,
         "oldestEligibleAgeSeconds": int(current.oldest_eligible_s or 0),
+        "queuePosition": None if settled or where is None else where.position,
+        "etaSeconds": None if settled or where is None else where.eta_s,
         "admittedAt": rfc3339(current.admitted_at),
         "completedAt": rfc3339(current.last_finished_at) if settled else None,
         "recentFailures": [

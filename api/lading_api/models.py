@@ -138,6 +138,12 @@ class BatchStatusView(_Body):
     cancelled: int
     delivered: int | None = None
     oldest_eligible_age_seconds: int
+    queue_position: int | None = pydantic.Field(
+        default=None, description="Eligible jobs of the pool claimed before the batch's next one, while work is left."
+    )
+    eta_seconds: int | None = pydantic.Field(
+        default=None, description="Seconds until the batch's last job is done at the pool's measured throughput."
+    )
     admitted_at: str
     completed_at: str | None = None
     recent_failures: list[RecentFailure]

@@ -36,7 +36,9 @@ async def test_a_batch_is_admitted_reported_paged_and_cancelled(
     assert status.status == 200
     assert (status.body["phase"], status.body["total"], status.body["ready"]) == ("Running", 5, 5)
     assert {c["type"]: c["status"] for c in status.body["conditions"]} == {
-        "Admitted": "True", "Progressing": "True", "Complete": "False"}
+        "Ready": "False", "Stalled": "False", "Admitted": "True", "Progressing": "True", "Complete": "False",
+        "Failed": "False"}
+    assert (status.body["queuePosition"], status.body["etaSeconds"]) == (0, None)  # next; nothing measured yet
 
     keys: list[str] = []
     url = f"{base}/march/results?limit=2"
@@ -52,6 +54,10 @@ async def test_a_batch_is_admitted_reported_paged_and_cancelled(
     cancelled = await call(http, "DELETE", f"{base}/march", tenant=acme)
     assert cancelled.status == 200
     assert (cancelled.body["cancelled"], cancelled.body["phase"]) == (5, "Failed")
+    assert {c["type"]: c["status"] for c in cancelled.body["conditions"]} == {
+        "Ready": "False", "Stalled": "True", "Admitted": "True", "Progressing": "False", "Complete": "False",
+        "Failed": "True"}
+    assert cancelled.body["queuePosition"] is None
 
 
 async def test_a_job_answers_200_while_it_waits_and_303_once_settled(
