@@ -66,6 +66,7 @@ async def _start_operator(kubeconfig: pathlib.Path, url: str, log: pathlib.Path)
         return await asyncio.create_subprocess_exec(
             sys.executable, "-c", "import sys; from lading_cli.main import main; sys.exit(main())",
             "operator", "--kubeconfig", str(kubeconfig), "--database-url", url, "--http", "127.0.0.1:0",
+            "--pool-namespaces", NAMESPACE,  # the bench pool's namespace is a platform namespace here
             env=env, stdout=handle, stderr=handle,
         )  # fmt: skip
 
