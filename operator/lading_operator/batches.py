@@ -313,7 +313,8 @@ class Reconciler:
                 ],
             )
         )  # fmt: skip
-        desired.update(self._queue_fields(where))
+        if reason == conditions.QUOTA_EXCEEDED:  # waiting in its tenant's queue: it has a place there
+            desired.update(self._queue_fields(where))
         queue_only = self._queue_only(desired)
         if conditions.changed(self.last_written, desired) and not queue_only:
             events.warning(self.body, reason=reason, message=message[:1024])
