@@ -4,9 +4,13 @@ The intake's HTTP face (aiohttp): the routes of `routes.ROUTES`, each served by 
 
 A request is checked cheapest first, and nothing is read past the first failure:
 
-    no or unknown bearer token          401 unauthorized    (revoked and expired tokens too)
+    no or unknown bearer token          401 unauthorized    (revoked and expired tokens too; with
+                                                             --kubernetes-auth a ServiceAccount token
+                                                             the API server authenticates is known)
     namespace not one of the token's    404 not-found       (as for what does not exist: a token never
-                                                             learns whether another namespace's objects exist)
+                                                             learns whether another namespace's objects exist;
+                                                             a ServiceAccount's: where a SubjectAccessReview
+                                                             denies `create extractionbatches`)
     Content-Length over the limit       413 too-large       (before a byte of the body is read)
     POST without Idempotency-Key        400 idempotency-key-missing
     not application/json                415 unsupported-media-type
@@ -52,7 +56,7 @@ from lading.ids import JobId, PoolName
 from lading.jobs.states import SETTLED
 from lading.models import specs
 from lading.settings import DocumentSettings
-from lading_api import batch_status, models, problems, routes
+from lading_api import batch_status, kube_auth, models, problems, routes
 from lading_api.settings import ApiSettings
 
 logger = logging.getLogger("lading.api")
@@ -71,6 +75,7 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.UndefinedTableError,  # migrations pending: /readyz says which
+    aiohttp.ClientError,  # the Kubernetes API server, for a ServiceAccount token's review
 )
 """Errors after which nothing is known to be committed: 503, the client retries with the same key."""
 
@@ -81,6 +86,16 @@ class _Answer(Exception):
     def __init__(self, response: aiohttp.web.Response) -> None:
         super().__init__(response.status)
         self.response = response
+
+
+@dataclasses.dataclass(frozen=True)
+class _Caller:
+    """Who sent a request: a Lading token's namespaces, or a Kubernetes user asked about each one."""
+
+    token: str
+    namespaces: frozenset[str] | None
+    """A Lading token's namespaces; None for a Kubernetes user (`user`)."""
+    user: kube_auth.User | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +118,15 @@ class Intake:
             settings: ApiSettings,
             documents: DocumentSettings,
             openapi: Mapping[str, Any],
+            kube: kube_auth.KubeReviewer | None = None,
     ) -> None:
         self.db = db
         self.guards = guards
         self.dsn = dsn
         self.settings = settings
         self.documents = documents
+        self.kube = kube
+        """Reviews Kubernetes ServiceAccount tokens; None: only Lading's tokens are accepted."""
         self.manifest_downloads = asyncio.Semaphore(4)
         self._openapi = orjson.dumps(openapi)
 
@@ -219,10 +237,10 @@ class Intake:
         return aiohttp.web.Response(body=body, content_type=routes.NDJSON, headers=headers)
 
     async def get_job(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        principal = await self._principal(request)
+        caller = await self._caller(request)
         job_id = _job_id(request)
         async with self._connection() as conn:
-            job = await api_views.job(conn, job_id=job_id, namespaces=principal.namespaces)
+            job = await api_views.job(conn, job_id=job_id, namespaces=await self._job_scope(conn, caller, job_id))
         if job is None:
             raise _not_found(f"job {job_id}")
         view = models.JobView(
@@ -237,10 +255,11 @@ class Intake:
         return _json(200, view, headers={"Retry-After": str(self.settings.running_retry_after_s)})
 
     async def get_job_result(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        principal = await self._principal(request)
+        caller = await self._caller(request)
         job_id = _job_id(request)
         async with self._connection() as conn:
-            found = await api_views.job_result(conn, job_id=job_id, namespaces=principal.namespaces)
+            scope = await self._job_scope(conn, caller, job_id)
+            found = await api_views.job_result(conn, job_id=job_id, namespaces=scope)
         if found is None:
             raise _not_found(f"job {job_id}")
         return _json(200, models.JobResultView(
@@ -250,24 +269,43 @@ class Intake:
 
     # --- What the handlers share.
 
-    async def _principal(self, request: aiohttp.web.Request) -> api_tokens.Principal:
+    async def _caller(self, request: aiohttp.web.Request) -> _Caller:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not access.well_formed(token):
+        if scheme.lower() != "bearer" or not token:
             raise _Answer(_unauthorized("give a bearer token: Authorization: Bearer lading_..."))
-        async with self._connection() as conn:
-            principal = await api_tokens.authenticate(conn, token_sha256=access.digest(token))
-        if principal is None:
-            raise _Answer(_unauthorized("the bearer token is unknown, revoked or expired"))
-        return principal
+        if access.well_formed(token):
+            async with self._connection() as conn:
+                principal = await api_tokens.authenticate(conn, token_sha256=access.digest(token))
+            if principal is not None:
+                return _Caller(token, principal.namespaces)
+        elif self.kube is not None and len(token) <= 16384:
+            user = await self.kube.user(token)
+            if user is not None:
+                return _Caller(token, None, user)
+        raise _Answer(_unauthorized("the bearer token is unknown, revoked or expired"))
+
+    async def _may(self, caller: _Caller, namespace: str) -> bool:
+        if caller.namespaces is not None:
+            return namespace in caller.namespaces
+        assert self.kube is not None and caller.user is not None, "a Kubernetes user comes from the reviewer"
+        return await self.kube.may_submit(caller.token, caller.user, namespace)
 
     async def _namespace(self, request: aiohttp.web.Request) -> str:
-        """The route's namespace, when the token may act in it; 404 otherwise (see the module)."""
-        principal = await self._principal(request)
+        """The route's namespace, when the caller may act in it; 404 otherwise (see the module)."""
+        caller = await self._caller(request)
         namespace = request.match_info["namespace"]
-        if namespace not in principal.namespaces:
+        if not await self._may(caller, namespace):
             raise _not_found(f"namespace {namespace}")
         return namespace
+
+    async def _job_scope(self, conn: asyncpg.Connection, caller: _Caller, job_id: JobId) -> frozenset[str]:
+        """The namespaces a job is looked up in: a Lading token's, or, for a Kubernetes user, the job's
+        own when the user may act there (none otherwise: not found, as for a job that does not exist)."""
+        if caller.namespaces is not None:
+            return caller.namespaces
+        namespace = await api_views.job_namespace(conn, job_id=job_id)
+        return frozenset() if namespace is None or not await self._may(caller, namespace) else frozenset({namespace})
 
     async def _post_body(self, request: aiohttp.web.Request) -> tuple[str, bytes]:
         """The Idempotency-Key and the raw body of a POST, with the cheap checks first."""

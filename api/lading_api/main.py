@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import pathlib
 import signal
 from collections.abc import Sequence
 
 from lading import logs
-from lading_api import serving
+from lading_api import kube_auth, serving
 from lading_api.settings import ApiSettings
 
 _DEFAULTS = ApiSettings()
@@ -40,6 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long a POST waits for an earlier request with the same Idempotency-Key before answering 409 "
         f"(default {_DEFAULTS.in_progress_wait_s:g})",
     )  # fmt: skip
+    kube = parser.add_argument_group("Kubernetes ServiceAccount tokens (TokenReview + SubjectAccessReview)")
+    kube.add_argument(
+        "--kubernetes-auth", action="store_true",
+        help="also accept Kubernetes ServiceAccount tokens: a token the API server authenticates may act in a "
+        "namespace where it may `create extractionbatches.lading.dev` (in-cluster defaults below)",
+    )  # fmt: skip
+    kube.add_argument("--kubernetes-api", metavar="URL", help="the API server (default: in-cluster)")
+    kube.add_argument("--kubernetes-token-file", type=pathlib.Path, metavar="FILE",
+                      help="the intake's own token for the reviews (default: the pod's ServiceAccount token)")
+    kube.add_argument("--kubernetes-ca-file", type=pathlib.Path, metavar="FILE",
+                      help="CA of the API server (default: the pod's ServiceAccount ca.crt)")
     parser.add_argument(
         "--grace", type=float, default=_DEFAULTS.shutdown_grace_s,
         help=f"seconds requests in flight get to finish on SIGTERM (default {_DEFAULTS.shutdown_grace_s:g})",
@@ -53,13 +65,37 @@ def settings_from(args: argparse.Namespace) -> ApiSettings:
     )  # fmt: skip
 
 
-async def serve(*, database_url: str, host: str, port: int, settings: ApiSettings) -> None:
+def kube_from(args: argparse.Namespace) -> kube_auth.KubeSettings | None:
+    """The Kubernetes review settings from the flags; None without --kubernetes-auth."""
+    if not args.kubernetes_auth:
+        return None
+    if args.kubernetes_api is None:
+        found = kube_auth.KubeSettings.in_cluster()
+    else:
+        found = kube_auth.KubeSettings(args.kubernetes_api, kube_auth.SERVICE_ACCOUNT_DIR / "token", None)
+    token_file = args.kubernetes_token_file or found.token_file
+    ca_file = args.kubernetes_ca_file or found.ca_file
+    if not token_file.is_file():
+        raise ValueError(f"--kubernetes-token-file {token_file} does not exist")
+    return kube_auth.KubeSettings(found.api_url, token_file, ca_file)
+
+
+async def serve(
+        *,
+        database_url: str,
+        host: str,
+        port: int,
+        settings: ApiSettings,
+        kube: kube_auth.KubeSettings | None = None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with serving.serving(database_url=database_url, host=host, port=port, settings=settings) as server:
+        async with serving.serving(
+            database_url=database_url, host=host, port=port, settings=settings, kube=kube
+        ) as server:
             # One line an operator (or a test) can wait for; never the database URL.
             print(f"lading api: listening on {server.base_url}", flush=True)
             await stop.wait()
@@ -75,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"lading api: --port must be 0 to 65535, got {args.port}")
     try:
         settings = settings_from(args)
+        kube = kube_from(args)
     except ValueError as exc:
         raise SystemExit(f"lading api: {exc}") from None
-    asyncio.run(serve(database_url=args.database_url, host=args.host, port=args.port, settings=settings))
+    asyncio.run(serve(database_url=args.database_url, host=args.host, port=args.port, settings=settings, kube=kube))
     return 0
 
 

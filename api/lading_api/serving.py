@@ -22,7 +22,7 @@ import asyncpg
 
 from lading.db import pool as dbpool
 from lading.documents import fetching
-from lading_api import app, openapi
+from lading_api import app, kube_auth, openapi
 from lading_api.settings import ApiSettings
 
 SERVER_SETTINGS = {"application_name": "lading-api", "jit": "off"}
@@ -55,16 +55,18 @@ async def serving(
         host: str = "127.0.0.1",
         port: int = 0,
         settings: ApiSettings | None = None,
+        kube: kube_auth.KubeSettings | None = None,
 ) -> AsyncIterator[RunningApi]:
     """Serve the intake while the block runs (port 0: any free port, see `.port`)."""
     settings = settings or ApiSettings()
+    reviewer = None if kube is None else kube_auth.KubeReviewer(kube)
     db = await _pool(database_url, settings.pool_max_size)
     try:
         guards = await _pool(database_url, settings.pool_max_size)
         try:
             handlers = app.Intake(
                 db=db, guards=guards, dsn=database_url, settings=settings,
-                documents=fetching.settings_from_env(os.environ), openapi=openapi.document(),
+                documents=fetching.settings_from_env(os.environ), openapi=openapi.document(), kube=reviewer,
             )  # fmt: skip
             runner = aiohttp.web.AppRunner(
                 app.make_app(handlers, max_body_bytes=settings.max_body_bytes),
@@ -84,3 +86,5 @@ async def serving(
             await guards.close()
     finally:
         await db.close()
+        if reviewer is not None:
+            await reviewer.close()

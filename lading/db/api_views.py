@@ -133,3 +133,10 @@ async def drain_rate(conn: asyncpg.Connection, *, tenant: TenantName, window_s: 
     row = await conn.fetchrow(queries.sql("api_tenant_drain_rate"), tenant, float(window_s))
     assert row is not None, "an aggregate always returns a row"
     return DrainRate(float(row["jobs_per_s"]), float(row["bytes_per_s"]))
+
+
+async def job_namespace(conn: asyncpg.Connection, *, job_id: JobId) -> str | None:
+    """The namespace of a job's batch, for a caller whose namespaces are reviewed one by one (a
+    Kubernetes user): the answer is never shown to the caller, only used to ask about it."""
+    value = await conn.fetchval(queries.sql("api_job_namespace"), job_id)
+    return None if value is None else str(value)

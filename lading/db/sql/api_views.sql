@@ -51,3 +51,7 @@ WITH left_queue AS (
 SELECT count(*)::float8 / $2 AS jobs_per_s,
        coalesce(sum(d.bytes), 0)::float8 / $2 AS bytes_per_s
   FROM left_queue l LEFT JOIN job_documents d ON d.job_id = l.id;
+
+-- name: api_job_namespace
+-- The namespace of job $1's batch: asked before a Kubernetes user's access to it is reviewed.
+SELECT b.namespace FROM extraction_jobs j JOIN batches b ON b.id = j.batch_id WHERE j.id = $1;

@@ -26,7 +26,8 @@ def test_the_intake_is_off_by_default() -> None:
 
 def test_the_intake_renders_valid_objects_ready_on_the_database() -> None:
     found = _api_objects(API_VALUES)
-    assert set(found) == {"Deployment", "Service", "Ingress", "HorizontalPodAutoscaler"}
+    assert set(found) == {"Deployment", "Service", "Ingress", "HorizontalPodAutoscaler", "ServiceAccount",
+                          "ClusterRole", "ClusterRoleBinding"}
     for document in found.values():
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
     deployment = found["Deployment"]
@@ -35,6 +36,14 @@ def test_the_intake_renders_valid_objects_ready_on_the_database() -> None:
     assert container["args"][2:5] == ["api", "--host", "0.0.0.0"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert any(e["name"] == "DATABASE_URL" for e in container["env"])
+    assert "--kubernetes-auth" in container["args"]
+    pod = deployment["spec"]["template"]["spec"]  # type: ignore[index]
+    assert pod["serviceAccountName"] == found["ServiceAccount"]["metadata"]["name"]  # type: ignore[index]
+    # The reviews, and nothing else: who a token is, and whether it may create ExtractionBatches.
+    assert found["ClusterRole"]["rules"] == [  # type: ignore[index]
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
     hpa = found["HorizontalPodAutoscaler"]
     assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]  # type: ignore[index]
 
