@@ -289,6 +289,38 @@ async def test_a_spent_daily_token_budget_shows_on_the_batch_and_the_quota(
     assert _condition(quota, "BudgetExhausted")["reason"] == "DailyTokenBudgetSpent"  # type: ignore[index]
 
 
+async def test_a_spent_money_budget_and_the_batch_cost_show_on_the_batch_and_the_quota(
+    emulator: kube_emulator.KubeEmulator, api: kube.Client, db: asyncpg.Connection, operator: Any
+) -> None:
+    await conftest.create_quota(api, "acme", ["acme"], budget={"currency": "USD", "monthly": "1.00"})
+    pricing = {"currency": "USD", "inputPerMillionTokens": "0.15", "outputPerMillionTokens": "0.60"}
+    await conftest.create_pool(api, "acme", "builtin", pricing=pricing)
+    await conftest.create_batch(api, "acme", "b", documents=2)
+    running = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: o.get("status", {}).get("phase") == "Running"
+    )
+    assert _condition(running, "BudgetExhausted")["reason"] == "WithinBudget"  # type: ignore[index]
+    # What finished attempts write (job_finish_many): the job's sum and the tenant's spend of the day.
+    await db.execute("UPDATE extraction_jobs SET cost = 0.6000001, cost_currency = 'USD' WHERE tenant = 'acme'")
+    await db.execute(
+        "INSERT INTO tenant_spend (tenant, currency, day, amount) "
+        "VALUES ('acme', 'USD', (clock_timestamp() AT TIME ZONE 'UTC')::date, 1.2000002)"
+    )
+    spent = await kube_emulator.wait_for(
+        emulator, BATCHES, "acme", "b", lambda o: (_condition(o, "BudgetExhausted") or {}).get("status") == "True"
+    )
+    condition = _condition(spent, "BudgetExhausted")
+    assert condition is not None and condition["reason"] == "MonthlyBudgetSpent"
+    assert "1.2000002 of 1.00 USD spent this month" in condition["message"]
+    assert "jobs wait (they do not fail) until" in condition["message"]
+    assert spent["status"]["cost"] == {"amount": "1.2000002", "currency": "USD"}  # the two jobs' sums
+    quota = await kube_emulator.wait_for(
+        emulator, "lading.dev/v1alpha1/tenantquotas", None, "acme",
+        lambda o: o.get("status", {}).get("spentThisMonth") == {"amount": "1.2000002", "currency": "USD"},
+    )  # fmt: skip
+    assert _condition(quota, "BudgetExhausted")["reason"] == "MonthlyBudgetSpent"  # type: ignore[index]
+
+
 async def test_an_operator_limited_to_namespaces_leaves_others_alone(
     emulator: kube_emulator.KubeEmulator,
     api: kube.Client,
