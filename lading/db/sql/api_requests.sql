@@ -38,3 +38,9 @@ SELECT count(*)::bigint FROM gone;
 
 -- name: api_request_oldest_age
 SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM api_requests;
+
+-- name: api_request_commit_lazily
+-- For the rest of the caller's transaction: its commit does not wait for the WAL flush. Safe for
+-- the idempotency record alone: the acceptance it records committed durably before, and is itself
+-- idempotent, so a record lost in a crash only means a retry is accepted again into the same job.
+SET LOCAL synchronous_commit = off;
