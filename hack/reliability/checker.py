@@ -19,8 +19,10 @@ Definitions (each over the scenario's batches, at the end of the scenario, after
     stale_overwrites_applied  results written by a fence that is not the job's last, plus attempts
                             that finished `ok` under a fence that was superseded
     retry_after_violations  a job's attempt begun before a Retry-After it had been given ran out, plus
-                            requests that reached the model during a pool's Retry-After window,
-                            beyond those already on the wire when the 429 was answered (GRACE_S)
+                            requests that reached the model during a pool's Retry-After window
+                            once the pool's cooldown was committed (seen by the recorder), beyond
+                            GRACE_S after that; a request a SIGSTOPped worker had in hand and sent
+                            within GRACE_S of its SIGCONT is one granted before, not a violation
     attempts_after_deadline attempts begun after their job's deadline
     limiter_overshoot_*     what the model saw beyond the pool's limits: most requests and tokens in
                             any 60 s window, most requests at once, and its own limit refusals
@@ -267,7 +269,9 @@ def _retry_after_at(storms: Iterable[Mapping[str, Any]], at: float) -> float | N
 
 
 def _model_retry_after_violations(history: Mapping[str, Any]) -> int:
-    """Requests that reached the model inside a Retry-After window it had answered, after GRACE_S."""
+    """Requests that reached the model inside a Retry-After window it had answered, later than
+    GRACE_S after the pool's cooldown for it was committed (requests granted before that may still
+    land: no worker knew), and not just after a stopped worker resumed (what it had in hand)."""
     storms = [f for f in history["faults"] if f["kind"] == "model-429"]
     stats = (history.get("model") or {}).get("stats") or {}
     arrivals = sorted(stats.get("arrivals", []))
@@ -275,13 +279,24 @@ def _model_retry_after_violations(history: Mapping[str, Any]) -> int:
         return 0
     admitted = {a[0] for a in stats.get("admitted", [])}
     refused = [t for t in arrivals if t not in admitted]
+    resumed = [k["until"] for k in history["kills"] if k.get("signal") == "SIGSTOP" and k.get("until")]
     bad: set[float] = set()
     for r in refused:
         retry_after = _retry_after_at(storms, r)
         if retry_after is None:
             continue
-        bad.update(t for t in arrivals if r + GRACE_S < t < r + retry_after - TOLERANCE_S)
+        known = _cooldown_known_at(history.get("cooldowns", []), refused_at=r, retry_after=retry_after)
+        bad.update(t for t in arrivals if known + GRACE_S < t < r + retry_after - TOLERANCE_S
+                   and not any(0 <= t - u <= GRACE_S for u in resumed))  # fmt: skip
     return len(bad)
+
+
+def _cooldown_known_at(cooldowns: Iterable[list[float]], *, refused_at: float, retry_after: float) -> float:
+    """When the pool's cooldown covering a 429 answered at `refused_at` was first seen committed
+    (its end at least the Retry-After after the answer, less the whole-second rounding); the answer
+    itself when the history has no such observation (histories without cooldowns)."""
+    seen = [t for t, until in cooldowns if t >= refused_at - 1.0 and until >= refused_at + retry_after - 1.0]
+    return min(seen, default=refused_at)
 
 
 def _most_in_window(admitted: list[list[float]], *, count: bool, window_s: float = 60.0) -> int:

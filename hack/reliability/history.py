@@ -56,6 +56,9 @@ class History:
     observations: list[list[Any]] = dataclasses.field(default_factory=list)
     """[t, job id, state, attempt, fence], polled."""
     events_seen: list[str] = dataclasses.field(default_factory=list)
+    cooldowns: list[list[float]] = dataclasses.field(default_factory=list)
+    """[t, cooldown_until], polled: when each new `pools.cooldown_until` (the pool's cooldown after a
+    429, committed by the worker that got it) was first seen."""
     final: dict[str, Any] = dataclasses.field(default_factory=dict)
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
     """{limits, stats}: the stub's final stats, with `arrivals` and `admitted` the whole streamed log."""
@@ -141,6 +144,7 @@ class Recorder:
     async def _poll(self) -> None:
         since = 0.0
         seen: dict[int, tuple[str, int, int]] = {}
+        cooldowns: set[float] = set()
         conn: asyncpg.Connection | None = None
         while not self._stop.is_set():
             try:
@@ -160,6 +164,14 @@ class Recorder:
                 if rows:
                     # Commits become visible after their updated_at: look back far enough to see them.
                     since = max(since, rows[0]["now"] - 5.0)
+                for row in await conn.fetch(
+                    "SELECT extract(epoch FROM cooldown_until)::float8 AS until,"
+                    "       extract(epoch FROM clock_timestamp())::float8 AS now"
+                    "  FROM pools WHERE cooldown_until IS NOT NULL"
+                ):
+                    if row["until"] not in cooldowns:
+                        cooldowns.add(row["until"])
+                        self.history.cooldowns.append([row["now"], row["until"]])
             except (OSError, asyncpg.PostgresError, TimeoutError, asyncpg.InterfaceError):
                 conn = None  # the server restarts in some scenarios: reconnect on the next round
             await asyncio.sleep(POLL_S)

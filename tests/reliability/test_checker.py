@@ -165,3 +165,21 @@ def test_a_deleted_batch_must_be_cancelled_once_with_nothing_sent_for_a_cancelle
     missed["kills"] = []  # the failpoint never fired
     for broken in (late, sent, twice, left, missed):
         assert checker.check(broken)["outcome_violations"] == 1
+
+
+def test_a_request_granted_before_the_cooldown_was_committed_or_held_by_a_stopped_worker_is_not_a_violation() -> None:
+    h = _history()
+    h["faults"] = [{"kind": "model-429", "target": "model", "start": T0, "end": T0 + 1, "retry_after": 5}]
+    refused = T0 + 1.0
+    committed = refused + 2.0  # a loaded worker committed the pool's cooldown 2 s after the answer
+    h["cooldowns"] = [[committed, refused + 5.0]]
+    before_commit = committed + 1.0  # granted while no worker knew: GRACE_S after the commit
+    after_commit = committed + 2.0  # granted after the commit: a violation
+    resumed = refused + 4.6
+    h["kills"] = [{"kind": "worker", "name": "worker-0", "pid": 1, "signal": "SIGSTOP", "at": T0 - 20,
+                   "until": resumed - 0.1}]  # fmt: skip
+    h["model"]["stats"]["arrivals"] = [refused, before_commit, after_commit, resumed]
+    h["model"]["stats"]["admitted"] = [[t, 10] for t in (before_commit, after_commit, resumed)]
+    assert checker.check(h)["retry_after_violations"] == 1
+    h["cooldowns"] = []  # never committed: bounded from the answer itself
+    assert checker.check(h)["retry_after_violations"] == 2
