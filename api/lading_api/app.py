@@ -155,7 +155,7 @@ class Intake:
         namespace = await self._namespace(request)
         key, body = await self._post_body(request)
         document = _parse(intake.DocumentRequest, body)
-        digest = models.request_digest("documents", document)
+        digest = intake.request_digest(document)  # the queue intake's digest too
 
         async def accept() -> _Accepted:
             submission = await intake.submit_document(
