@@ -385,8 +385,11 @@ async def test_a_document_outside_the_batch_namespace_directory_is_refused(
         key: ("FAILED_TERMINAL", "DOCUMENT_REFUSED")
         for key in ("direct", "via-symlink", "dotdot", "other-tenant", "dir-link")
     }
-    errors_ = [r["error"] for r in await db.fetch("SELECT error FROM job_attempts")]
-    assert len(errors_) == 5
+    # Documents with equal bytes are duplicates: all but one of each wait for it (attempts `deferred`,
+    # given back), then are refused themselves; every attempt's error is checked for leaks.
+    attempts = await db.fetch("SELECT outcome, error FROM job_attempts")
+    assert sum(1 for a in attempts if a["outcome"] != "deferred") == 5
+    errors_ = [a["error"] for a in attempts if a["error"] is not None]
     digest = hashlib.sha256(theirs.read_bytes()).hexdigest()
     for error in errors_:
         assert "not for" not in error and digest[:8] not in error and "bytes," not in error, error
