@@ -95,7 +95,14 @@ def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
     result.peering.lifetime = config.peering_lifetime_s
     result.peering.priority = random.randint(1, PEERING_PRIORITY_MAX)
     result.networking.request_timeout = kube.REQUEST_TIMEOUT_S
+    # An object deleted while one of its timers runs waits for that run to end; kopf looks again
+    # only after this many seconds (60 by default), which held deletions for a minute.
+    result.background.cancellation_polling = CANCELLATION_POLLING_S
     return result
+
+
+CANCELLATION_POLLING_S = 1.0
+"""How often kopf looks whether a deleted object's timer or daemon has exited."""
 
 
 def build_registry(rt: runtime.Runtime) -> kopf.OperatorRegistry:

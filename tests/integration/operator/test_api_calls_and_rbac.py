@@ -128,7 +128,11 @@ async def _exercise_every_kind(emulator: kube_emulator.KubeEmulator, api: kube.C
         async def gone(resource: str = resource, namespace: str | None = namespace, name: str = name) -> bool:
             return emulator.stored(resource, namespace, name) is None
 
-        await until(gone, timeout_s=30)
+        try:
+            await until(gone, timeout_s=30)
+        except TimeoutError:
+            left = emulator.stored(resource, namespace, name)
+            raise AssertionError(f"{resource} {namespace}/{name} was not deleted: {left}") from None
 
 
 async def test_every_call_the_operator_makes_is_granted_by_the_charts_rbac(
