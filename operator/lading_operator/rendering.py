@@ -11,17 +11,17 @@ live object back to its rendering.
           TriggerAuthentication ns/qwen-worker   the ScaledObject's PostgreSQL connection
 
 Every function here is pure: a spec (and the operator's configuration) in, a dict out, no API calls,
-no clock, no randomness. The same pool always renders the same bytes, so `drift` can compare a live
+no clock, no randomness. The same pool always renders the same bytes, so `drift.patch` can compare a live
 object with its rendering and the kopf handlers only decide *when* to create or patch.
 
-Owned, and what that means for `drift`:
+Owned, and what that means for `drift.patch`:
 - every object carries an ownerReference to its InferencePool (controller, blockOwnerDeletion): the
   garbage collector deletes them with the pool;
 - labels `app.kubernetes.io/{name,instance,component,managed-by}` and `lading.dev/pool`;
 - the pod template, selector, ports and every field we render are ours: a `kubectl edit` of them is
   reverted; fields we do not render (defaults the API server adds, annotations other controllers
   add) are left alone;
-- a Deployment's `spec.replicas` belongs to the scaler, not to the template: `drift` ignores it unless
+- a Deployment's `spec.replicas` belongs to the scaler, not to the template: `drift.patch` ignores it unless
   the caller passes `replicas_owned=True` with the scaler's decision in `desired`. With
   `scaling: keda`, KEDA owns the worker replicas and the operator never writes them.
 
@@ -49,7 +49,6 @@ A worker run by hand is the same command with the same variables.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import re
@@ -813,73 +812,3 @@ def _keda_max_replicas(pool: specs.InferencePool) -> int:
     workers = pool.spec.workers
     by_concurrency = -(-pool.spec.limits.max_concurrency // workers.concurrency)
     return max(workers.min_replicas, min(workers.max_replicas, max(by_concurrency, 1)))
-
-
-# --- Drift.
-
-
-def drift(
-        desired: Mapping[str, Any],
-        live: Mapping[str, Any],
-        *,
-        replicas_owned: bool = False,
-) -> dict[str, Any] | None:
-    """The JSON merge patch (RFC 7386) that makes `live` match `desired` in the fields we render; None if in shape.
-
-    - A dict in `desired` is compared key by key: keys we do not render (server defaults such as
-      `imagePullPolicy`-less fields, `clusterIP`, `status`, `resourceVersion`) are left alone.
-    - A list is ours as a whole (containers, env, args, ports, volumes, tolerations): a different live
-      list is replaced. Items are compared as "desired keys only" too, so server-defaulted fields inside
-      a container or a port (terminationMessagePath, protocol ...) are not drift.
-    - `metadata.labels`/`annotations`: only our keys count; labels others add stay.
-    - `spec.replicas` of a Deployment is the scaler's: compared only with `replicas_owned`.
-    """
-    want = copy.deepcopy(dict(desired))
-    if not replicas_owned:
-        spec = want.get("spec")
-        if isinstance(spec, dict):
-            spec.pop("replicas", None)
-    patch = _diff(want, live)
-    return patch or None
-
-
-def _covers(desired: Any, live: Any) -> bool:
-    """Whether `live` has everything `desired` says (extra live keys allowed, recursively)."""
-    if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(
-            key in live and _covers(value, live[key]) for key, value in desired.items()
-        )
-    if isinstance(desired, list):
-        return (
-            isinstance(live, list)
-            and len(desired) == len(live)
-            and all(_covers(d, w) for d, w in zip(desired, live, strict=True))
-        )
-    return _same_scalar(desired, live)
-
-
-def _same_scalar(desired: Any, live: Any) -> bool:
-    if desired == live and type(desired) is type(live):
-        return True
-    # The API server normalises some values: bool/int are distinct, but a port or size given as
-    # a string of digits and read back as an int is not drift.
-    if isinstance(desired, bool) or isinstance(live, bool):
-        return False
-    if isinstance(desired, int | float) and isinstance(live, int | float):
-        return bool(desired == live)
-    return False
-
-
-def _diff(desired: Mapping[str, Any], live: Any) -> dict[str, Any]:
-    if not isinstance(live, Mapping):
-        return dict(desired)
-    patch: dict[str, Any] = {}
-    for key, want in desired.items():
-        have = live.get(key)
-        if isinstance(want, Mapping) and want:
-            sub = _diff(want, have) if isinstance(have, Mapping) else dict(want)
-            if sub:
-                patch[key] = sub
-        elif not _covers(want, have) or (key not in live and want is not None):
-            patch[key] = want
-    return patch

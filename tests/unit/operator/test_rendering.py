@@ -11,7 +11,7 @@ from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
-from lading_operator import rendering
+from lading_operator import drift, rendering
 from lading_worker import main as worker_main
 
 from lading.delivery import egress
@@ -533,19 +533,19 @@ DRIFT_ROWS = [
 
 @pytest.mark.parametrize(("edit", "patch"), [row[1:] for row in DRIFT_ROWS], ids=[row[0] for row in DRIFT_ROWS])
 def test_drift_metadata_and_replicas(edit: Any, patch: dict[str, Any] | None) -> None:
-    assert rendering.drift(vllm(), edited(vllm(), edit)) == patch
+    assert drift.patch(vllm(), edited(vllm(), edit)) == patch
 
 
 @pytest.mark.parametrize("edit", [_set_image, _drop_env, _gpu], ids=["image", "env", "gpu"])
 def test_drift_in_the_container_replaces_the_container_list(edit: Any) -> None:
     desired = vllm()
-    patch = rendering.drift(desired, edited(desired, edit))
+    patch = drift.patch(desired, edited(desired, edit))
     assert patch == {"spec": {"template": {"spec": {"containers": desired["spec"]["template"]["spec"]["containers"]}}}}
 
 
 def test_drift_in_volumes() -> None:
     desired = vllm()
-    assert rendering.drift(desired, edited(desired, _drop_shm)) == {
+    assert drift.patch(desired, edited(desired, _drop_shm)) == {
         "spec": {"template": {"spec": {"volumes": desired["spec"]["template"]["spec"]["volumes"]}}}
     }
 
@@ -553,13 +553,13 @@ def test_drift_in_volumes() -> None:
 def test_replicas_are_patched_only_when_owned() -> None:
     desired = rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=5)
     live = as_served(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=2))
-    assert rendering.drift(desired, live) is None
-    assert rendering.drift(desired, live, replicas_owned=True) == {"spec": {"replicas": 5}}
+    assert drift.patch(desired, live) is None
+    assert drift.patch(desired, live, replicas_owned=True) == {"spec": {"replicas": 5}}
 
 
 def test_a_missing_object_needs_everything_but_replicas() -> None:
     desired = vllm()
-    patch = rendering.drift(desired, {})
+    patch = drift.patch(desired, {})
     assert patch is not None and "replicas" not in patch["spec"]
     assert patch["metadata"] == desired["metadata"]
 
@@ -575,10 +575,10 @@ def test_applying_the_drift_patch_brings_the_object_back_in_shape(pool: specs.In
         live["metadata"]["labels"]["app.kubernetes.io/component"] = "tampered"
         if live["kind"] == "Service":
             live["spec"]["ports"][0]["port"] = 9999
-        patch = rendering.drift(desired, live)
+        patch = drift.patch(desired, live)
         assert patch is not None
         repaired = merge_patch(live, patch)
-        assert rendering.drift(desired, repaired) is None
+        assert drift.patch(desired, repaired) is None
         # What the server added survives the patch.
         assert repaired["metadata"]["resourceVersion"] == "123"
         assert repaired["status"] == live["status"]
@@ -586,13 +586,13 @@ def test_applying_the_drift_patch_brings_the_object_back_in_shape(pool: specs.In
 
 def test_service_defaults_are_not_drift() -> None:
     service = rendering.vllm_service(VLLM_FULL, uid=UID, config=CONFIG)
-    assert rendering.drift(service, as_served(service)) is None
+    assert drift.patch(service, as_served(service)) is None
 
 
 def test_numbers_read_back_as_other_number_types_are_not_drift() -> None:
-    assert rendering.drift({"spec": {"a": 1, "b": [{"c": 2.0}]}}, {"spec": {"a": 1.0, "b": [{"c": 2}]}}) is None
-    assert rendering.drift({"spec": {"a": True}}, {"spec": {"a": 1}}) == {"spec": {"a": True}}
-    assert rendering.drift({"spec": {"a": "1"}}, {"spec": {"a": 1}}) == {"spec": {"a": "1"}}
+    assert drift.patch({"spec": {"a": 1, "b": [{"c": 2.0}]}}, {"spec": {"a": 1.0, "b": [{"c": 2}]}}) is None
+    assert drift.patch({"spec": {"a": True}}, {"spec": {"a": 1}}) == {"spec": {"a": True}}
+    assert drift.patch({"spec": {"a": "1"}}, {"spec": {"a": 1}}) == {"spec": {"a": "1"}}
 
 
 @pytest.mark.parametrize(
