@@ -42,6 +42,14 @@ EXPONENT_MAX: Final = 1000
 """Doubling stops growing here: 2.0 ** 1024 overflows a float, and any exponent this large is far
 beyond every sane cap anyway."""
 
+BUG_SQLSTATE_CLASSES: Final = frozenset({"0A", "23", "2B", "42", "P0", "XX"})
+"""SQLSTATE classes a retry does not fix and that point at our code, not at the database being
+away: feature not supported, integrity constraint violation (a key or check our statements
+should have respected), dependent privilege, syntax error or access rule violation (a missing
+migration or grant), a raised PL/pgSQL exception, internal error. A loop that lists the driver's
+errors as transient still backs off from these (the process keeps its other loops: a worker's
+heartbeats must go on), but logs them at ERROR with the traceback, not as a passing warning."""
+
 Jitter = Literal["full", "none"]
 """How a backoff wait is drawn below its ceiling: `full` (uniform in [0, ceiling], AWS "Exponential
 Backoff and Jitter") or `none` (exactly the ceiling, for loops where one instance backs off alone)."""
@@ -141,7 +149,8 @@ async def run_forever(
     """Run `step` until `stop` is set, waiting `pause_s(result)` after each success (0: go again at
     once) and a backoff after each failure.
 
-    An exception in `transient` is logged as a warning and backed off from; any other exception
+    An exception in `transient` is logged as a warning and backed off from (at ERROR with its
+    traceback when its SQLSTATE says it is a bug, `is_bug`); any other exception
     ends the loop (the supervisor stops the process), unless `unexpected` is set: then it is logged
     with its traceback and backed off from too (a reconcile loop must outlive a bug in one object).
     `on_error` sees every exception that was backed off from (to post an Event, count a metric).
@@ -151,7 +160,11 @@ async def run_forever(
             result = await step()
         except transient as exc:
             wait = backoff.failed()
-            logger.warning("%s: %s; retrying in %.1f s", name, _describe(exc), wait)
+            if is_bug(exc):
+                logger.error("%s: %s is not transient: a bug, not an outage; retrying in %.1f s",
+                             name, _describe(exc), wait, exc_info=exc)
+            else:
+                logger.warning("%s: %s; retrying in %.1f s", name, _describe(exc), wait)
             if on_error is not None:
                 on_error(exc)
         except Exception as exc:
@@ -167,6 +180,13 @@ async def run_forever(
             if wait <= 0:
                 continue
         await wait_or_stop(stop, wait, wake=wake)
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Whether `exc` carries a SQLSTATE of `BUG_SQLSTATE_CLASSES` (duck-typed on `sqlstate`, the
+    attribute asyncpg's errors have, so this module still imports nothing)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in BUG_SQLSTATE_CLASSES
 
 
 def _is_set(stop: Stop) -> bool:

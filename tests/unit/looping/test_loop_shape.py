@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 
+import asyncpg
 import pytest
 
 from lading import looping
@@ -140,6 +141,40 @@ async def test_run_forever_survives_an_unexpected_error_when_asked(caplog: pytes
                               backoff=looping.Backoff(base_s=0.001, cap_s=0.001), logger=LOGGER, unexpected=True)
     assert calls == 2
     assert any("reconcile x failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("error", "level", "traceback"),
+    [
+        (asyncpg.UniqueViolationError("duplicate key value violates unique constraint"), logging.ERROR, True),
+        (asyncpg.UndefinedColumnError("column x does not exist"), logging.ERROR, True),
+        (asyncpg.CannotConnectNowError("the database system is starting up"), logging.WARNING, False),
+        (asyncpg.DeadlockDetectedError("deadlock detected"), logging.WARNING, False),
+    ],
+    ids=["23505", "42703", "57P03", "40P01"],
+)
+async def test_run_forever_logs_a_bug_sqlstate_as_an_error_and_an_outage_as_a_warning(
+        caplog: pytest.LogCaptureFixture, error: asyncpg.PostgresError, level: int, traceback: bool,
+) -> None:
+    stop = asyncio.Event()
+    outcomes: list[BaseException | int] = [error, 1]
+
+    async def step() -> int:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        stop.set()
+        return outcome
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER.name):
+        await looping.run_forever(step, stop, name="committer", pause_s=lambda _: 0.0,
+                                  transient=(OSError, asyncpg.PostgresError),
+                                  backoff=looping.Backoff(base_s=0.001, cap_s=0.001), logger=LOGGER)
+    assert not outcomes, "the loop went on after the error"
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("committer:")]
+    assert record.levelno == level
+    assert bool(record.exc_info) is traceback
+    assert ("a bug, not an outage" in record.getMessage()) is traceback
 
 
 async def test_run_forever_waits_the_pause_its_result_asks_for() -> None:
