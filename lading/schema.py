@@ -64,10 +64,12 @@ async def wait_until_current(
         poll_s: float = POLL_S_DEFAULT,
         source: migrating.MigrationSet = migrating.LADING,
         migrator: str = MIGRATOR,
+        waiting: str = "does not start yet",
 ) -> bool:
     """Return True once no migration is pending, False if `stop` is set first. `what` names the
     waiting process in its log lines ("worker", "relay", "operator"); `source` is the migration set
-    it waits for (the receiver waits for its own) and `migrator` what applies that set."""
+    it waits for (the receiver waits for its own) and `migrator` what applies that set. `waiting`
+    says what the process does meanwhile (a server that already listens and answers 503 says so)."""
     backoff = looping.Backoff(base_s=poll_s, cap_s=max(poll_s, BACKOFF_CAP_S))
     said: str | None = None
     while not stop.is_set():
@@ -81,11 +83,12 @@ async def wait_until_current(
         backoff.succeeded()
         if not pending:
             if said is not None:
-                logger.info("%s: migrations applied; starting", what)
+                now = "starting" if waiting == "does not start yet" else "serving"
+                logger.info("%s: migrations applied; %s", what, now)
             return True
         reason = describe(pending, migrator=migrator)
         if reason != said:  # say it once per change, not once per poll
-            logger.warning("%s does not start yet: %s", what, reason)
+            logger.warning("%s %s: %s", what, waiting, reason)
             said = reason
         await looping.wait_or_stop(stop, poll_s)
     return False

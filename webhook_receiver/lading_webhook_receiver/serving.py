@@ -152,7 +152,8 @@ async def _until_current(database_url: str, handlers: app.Receiver) -> AsyncIter
 
     async def wait() -> None:
         if await schema.wait_until_current(
-            database_url, stop=stop, what="receiver", source=app.MIGRATIONS, migrator=app.MIGRATOR
+            database_url, stop=stop, what="receiver", source=app.MIGRATIONS, migrator=app.MIGRATOR,
+            waiting="listens and answers 503 migrations-pending",
         ):
             handlers.waiting_for = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterator
 
@@ -52,8 +53,9 @@ async def test_receiver_and_lading_migrations_apply_concurrently_into_separate_h
 
 
 async def test_the_receiver_never_migrates_it_refuses_deliveries_until_its_migrations_are_applied(
-        empty_database: str,
+        empty_database: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="lading.schema")
     secret = deliveries.new_secret()
     body = deliveries.event_body()
     headers = deliveries.signed(body, secret=secret, delivery_id="msg_schema")
@@ -90,6 +92,12 @@ async def test_the_receiver_never_migrates_it_refuses_deliveries_until_its_migra
         async with server.pool.acquire() as conn:
             assert await ledger.count(conn) == 1
         assert "migrations-pending" in server.counts().rejected
+    said = [r.getMessage() for r in caplog.records if r.name == "lading.schema"]
+    # It listens while it waits: its log must not say it has not started.
+    assert any(m.startswith("receiver listens and answers 503 migrations-pending: migrations pending: 0001")
+               for m in said), said
+    assert "receiver: migrations applied; serving" in said
+    assert not any("does not start" in m for m in said)
 
 
 def test_a_bookkeeping_table_name_must_be_a_plain_identifier() -> None:
