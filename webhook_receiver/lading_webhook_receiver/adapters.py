@@ -15,12 +15,19 @@ e.g. the intent key), or a crash between the remote success and our commit books
 
 `apply` must deduplicate the business intent with a unique key and `ON CONFLICT`, never
 "select, then insert": two deliveries of the same intent can run at the same moment.
+
+The receiver commits deliveries in groups (`inbox.GroupCommitter`): one transaction holds many
+deliveries' inbox rows and effects. An adapter may also offer `apply_many` (`GroupApplying`),
+the effects of a whole group in a few statements; otherwise `apply` is called once per
+delivery, in the group's transaction. Either way the effects must lock shared rows (intent
+keys) in one canonical order, so two concurrent groups never wait on each other in a cycle.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import asyncpg
 import pydantic
@@ -29,6 +36,7 @@ from lading import errors
 from lading.webhooks import payload
 
 OperationT = TypeVar("OperationT")
+OperationContraT = TypeVar("OperationContraT", contravariant=True)
 
 
 class PayloadRejected(errors.PermanentError):
@@ -56,6 +64,17 @@ class ErpAdapter(Protocol[OperationT]):
     def prepare(self, event: payload.CompletedEvent) -> OperationT: ...
 
     async def apply(self, conn: asyncpg.Connection, *, operation: OperationT, delivery_id: str) -> Effect: ...
+
+
+@runtime_checkable
+class GroupApplying(Protocol[OperationContraT]):
+    """An adapter that applies a whole group's effects at once (inside the group's transaction)."""
+
+    async def apply_many(
+            self, conn: asyncpg.Connection, *, operations: Sequence[tuple[OperationContraT, str]]
+    ) -> list[Effect]:
+        """The effect of each (operation, delivery id), in the order given; the delivery ids are distinct."""
+        ...
 
 
 def by_name(name: str) -> ErpAdapter[Any]:

@@ -27,6 +27,9 @@ A POST is checked cheapest first, and nothing is read past the first failure:
                                  a 5xx means only this, or a bug (500 internal-error)
     committed                    200 {"status": "accepted" | "duplicate", "reference": "..."}
 
+A delivery that passes the checks is recorded by the group committer (inbox.GroupCommitter):
+concurrent deliveries share one transaction, and each is answered only after that commit.
+
 Bodies and secrets are never logged: a log line names the delivery id, the reason and digests.
 """
 
@@ -89,6 +92,11 @@ class Receiver:
         self.adapter = adapter
         self.config = config
         self.metrics = observe
+        self.committer = inbox.GroupCommitter(
+            pool, adapter=adapter, timeout_s=config.database_timeout_s,
+            groups=min(config.commit_groups, config.pool_max_size), group_max=config.commit_group_max,
+            observe=observe,
+        )  # fmt: skip
         self.waiting_for: str | None = None
         """Why deliveries are refused for now (migrations pending), or None once the schema is current."""
 
@@ -136,15 +144,8 @@ class Receiver:
 
         sha256 = hashlib.sha256(body).digest()
         try:
-            answer = await inbox.receive(
-                self.pool,
-                delivery_id=delivery_id,
-                sha256=sha256,
-                event=event,
-                adapter=self.adapter,
-                operation=operation,
-                timeout_s=self.config.database_timeout_s,
-                observe=self.metrics,
+            answer = await self.committer.receive(
+                delivery_id=delivery_id, sha256=sha256, event_type=event.type, operation=operation
             )
         except inbox.DeliveryConflict as exc:
             self.metrics.conflicts.inc()

@@ -1,5 +1,6 @@
 """
-The inbox transaction: one delivery, one transaction, answered only after it commits.
+The inbox transaction: deliveries are recorded with their ERP effects in one transaction, each
+answered only after the commit that holds it.
 
     BEGIN
       INSERT erp_inbox (delivery id, sha256 of the body) ON CONFLICT DO NOTHING
@@ -14,17 +15,42 @@ The inbox row and the ERP effect commit together or not at all, so a delivery wh
 was lost (timeout after commit) is recognised when it comes again, and one whose transaction
 failed is simply applied on the next try. Races are decided by unique keys, never by reading
 first.
+
+Group commit (`GroupCommitter`, what the HTTP handler uses): deliveries that arrive while the
+receiver's transactions are busy are collected and recorded together, the same steps set-based
+(claim the ids, apply the effects, record the answers: a few statements and one durable commit
+for the whole group). The window adapts by itself: a delivery that arrives while fewer than
+`commit_groups` transactions run starts its own at once (no waiting when idle); under load the
+next group is whatever arrived while the running ones committed, up to `commit_group_max`.
+Within a group:
+
+    the same id twice        the first is recorded; the others are answered after its commit as
+                             a redelivery would be (same body: its answer, as a duplicate; another
+                             body: DeliveryConflict), or go into the next group if it failed
+    the same intent twice    the first books it, the others are duplicates with its reference
+    a data error             the group is split until each unstorable delivery is alone (it
+                             fails, 400); every other delivery commits
+    a lost connection,       every delivery of the group fails (503; nothing is known to be
+      any other error        committed, the sender retries and the inbox dedups)
+
+Rows are locked in one order in every group (inbox ids sorted, then intent keys sorted), so
+concurrent groups never deadlock by design; a deadlock or serialization failure all the same
+reruns the group's transaction.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import asyncpg
 
-from lading import errors, failpoints
+from lading import errors, failpoints, storable
+from lading.db import conflicts
 from lading.webhooks import payload
 from lading_webhook_receiver import adapters, metrics, queries
 
@@ -119,3 +145,190 @@ async def oldest_age_s(conn: asyncpg.Connection) -> float | None:
     """Age in seconds of the oldest inbox row; None when the inbox is empty."""
     age: float | None = await conn.fetchval(queries.ERP_INBOX_OLDEST_AGE)
     return age
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(eq=False)
+class _Pending:
+    """One delivery waiting for its group's commit."""
+
+    delivery_id: str
+    sha256: bytes
+    event_type: str
+    operation: Any
+    answer: asyncio.Future[Answer]
+
+
+class GroupCommitter:
+    """Records deliveries in groups: `await receive(...)` returns the delivery's answer once the
+    transaction holding it has committed (see the module)."""
+
+    def __init__(
+            self,
+            pool: asyncpg.Pool,
+            *,
+            adapter: adapters.ErpAdapter[Any],
+            timeout_s: float,
+            groups: int = 4,
+            group_max: int = 256,
+            observe: metrics.ReceiverMetrics | None = None,
+    ) -> None:
+        if groups < 1 or group_max < 1:
+            raise ValueError(f"need at least one group of at least one delivery, got {groups} and {group_max}")
+        self.pool = pool
+        self.adapter = adapter
+        self.timeout_s = timeout_s
+        self.groups = groups
+        self.group_max = group_max
+        self.observe = observe
+        self._queue: list[_Pending] = []
+        self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def queued(self) -> int:
+        """Deliveries waiting for a group transaction to start (all of them run)."""
+        return len(self._queue)
+
+    async def receive(self, *, delivery_id: str, sha256: bytes, event_type: str, operation: Any) -> Answer:
+        """Record one delivery and apply its effect; the answer to give, after the commit.
+
+        Raises DeliveryConflict, a data error of this delivery alone (asyncpg's, nothing recorded),
+        or the database's own errors (connection lost, timeout) when nothing is known to be
+        committed: the caller answers 503 and the sender retries."""
+        pending = _Pending(delivery_id, sha256, event_type, operation, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        self._start()
+        # The group's task owns the transaction: a waiter that goes away never cancels it.
+        return await asyncio.shield(pending.answer)
+
+    def _start(self) -> None:
+        while self._queue and len(self._running) < self.groups:
+            group, self._queue = self._queue[: self.group_max], self._queue[self.group_max :]
+            task = asyncio.get_running_loop().create_task(self._commit(group))
+            self._running.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:  # a bug in _commit itself
+            logger.error("A delivery group failed unexpectedly: %s", type(exc).__name__, exc_info=exc)
+        self._start()
+
+    async def _commit(self, group: list[_Pending]) -> None:
+        if self.observe is not None:
+            self.observe.group_size.observe(len(group))
+        leaders: dict[str, _Pending] = {}
+        followers: list[_Pending] = []
+        for pending in group:
+            if pending.delivery_id in leaders:
+                followers.append(pending)
+            else:
+                leaders[pending.delivery_id] = pending
+        ordered = sorted(leaders.values(), key=lambda p: p.delivery_id)
+        try:
+            isolated = await storable.isolate(ordered, self._write_retrying)
+        except Exception as exc:
+            for pending in group:
+                _settle(pending, exc)
+            return
+        except BaseException:
+            for pending in group:
+                pending.answer.cancel()
+            raise
+        for answers in isolated.results:
+            for pending, outcome in answers:
+                _settle(pending, outcome)
+        for pending, refusal in isolated.refused:
+            _settle(pending, refusal)
+        again: list[_Pending] = []
+        for follower in followers:
+            first = leaders[follower.delivery_id].answer
+            if first.cancelled() or first.exception() is not None:
+                again.append(follower)  # the first of its id was not recorded: try it afresh
+                continue
+            answer = first.result()
+            stored = leaders[follower.delivery_id].sha256
+            if stored != follower.sha256:
+                _settle(follower, DeliveryConflict(
+                    delivery_id=follower.delivery_id, stored_sha256=stored, new_sha256=follower.sha256
+                ))  # fmt: skip
+            else:
+                _settle(follower, Answer(status="duplicate", reference=answer.reference,
+                                         outcome=metrics.DUPLICATE_DELIVERY))  # fmt: skip
+        if again:
+            self._queue[:0] = again
+
+    async def _write_retrying(self, group: Sequence[_Pending]) -> list[tuple[_Pending, Answer | Exception]]:
+        return await conflicts.retrying(lambda: self._write(group), what="Recording a group of deliveries")
+
+    async def _write(self, group: Sequence[_Pending]) -> list[tuple[_Pending, Answer | Exception]]:
+        """One transaction for `group` (distinct ids, in id order): every delivery's answer, or the
+        DeliveryConflict of one that came again with another body."""
+        timeout = self.timeout_s
+        async with self.pool.acquire(timeout=timeout) as conn:
+            started = time.monotonic()
+            async with conn.transaction():
+                claimed = {
+                    r["delivery_id"]
+                    for r in await conn.fetch(
+                        queries.ERP_INBOX_CLAIM_MANY, [p.delivery_id for p in group], [p.sha256 for p in group],
+                        [p.event_type for p in group], self.adapter.name, timeout=timeout,
+                    )
+                }  # fmt: skip
+                fresh = [p for p in group if p.delivery_id in claimed]
+                seen = [p for p in group if p.delivery_id not in claimed]
+                outcomes: dict[str, Answer | Exception] = {}
+                if seen:
+                    rows = await conn.fetch(queries.ERP_INBOX_GET_MANY, [p.delivery_id for p in seen], timeout=timeout)
+                    stored_rows = {r["delivery_id"]: r for r in rows}
+                    for pending in seen:
+                        row = stored_rows.get(pending.delivery_id)
+                        if row is None or row["reference"] is None:  # deleted by retention in between
+                            raise asyncpg.exceptions.SerializationError("inbox row changed concurrently; retry")
+                        stored = bytes(row["payload_sha256"])
+                        outcomes[pending.delivery_id] = (
+                            Answer(status="duplicate", reference=row["reference"], outcome=metrics.DUPLICATE_DELIVERY)
+                            if stored == pending.sha256
+                            else DeliveryConflict(
+                                delivery_id=pending.delivery_id, stored_sha256=stored, new_sha256=pending.sha256
+                            )
+                        )  # fmt: skip
+                if fresh:
+                    effects = await _apply_many(conn, self.adapter, fresh)
+                    answered = [
+                        Answer(
+                            status="accepted" if effect.created else "duplicate",
+                            reference=effect.reference,
+                            outcome=metrics.ACCEPTED if effect.created else metrics.DUPLICATE_INTENT,
+                        )
+                        for effect in effects
+                    ]
+                    await conn.execute(
+                        queries.ERP_INBOX_RECORD_ANSWERS, [p.delivery_id for p in fresh],
+                        [a.status for a in answered], [a.reference for a in answered], timeout=timeout,
+                    )  # fmt: skip
+                    outcomes.update((p.delivery_id, a) for p, a in zip(fresh, answered, strict=True))
+                await failpoints.ahit("receiver.before_commit")
+            if self.observe is not None:
+                self.observe.transaction_seconds.observe(time.monotonic() - started)
+        return [(p, outcomes[p.delivery_id]) for p in group]
+
+
+async def _apply_many(
+        conn: asyncpg.Connection, adapter: adapters.ErpAdapter[Any], fresh: Sequence[_Pending]
+) -> list[adapters.Effect]:
+    if isinstance(adapter, adapters.GroupApplying):
+        return await adapter.apply_many(conn, operations=[(p.operation, p.delivery_id) for p in fresh])
+    # One at a time, in the group's order (ids sorted): the adapter's own keys decide races.
+    return [await adapter.apply(conn, operation=p.operation, delivery_id=p.delivery_id) for p in fresh]
+
+
+def _settle(pending: _Pending, outcome: Answer | BaseException) -> None:
+    if pending.answer.done():
+        return
+    if isinstance(outcome, BaseException):
+        pending.answer.set_exception(outcome)
+    else:
+        pending.answer.set_result(outcome)

@@ -19,6 +19,8 @@ import dataclasses
 import decimal
 import re
 import unicodedata
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pydantic
@@ -97,6 +99,44 @@ class LedgerAdapter:
         if existing is None:  # the conflicting row vanished between the two statements
             raise asyncpg.exceptions.SerializationError("ledger invoice changed concurrently; retry")
         return adapters.Effect(reference=existing, created=False)
+
+    async def apply_many(
+            self, conn: asyncpg.Connection, *, operations: Sequence[tuple[Booking, str]]
+    ) -> list[adapters.Effect]:
+        """A group's bookings in two statements: book every new intent (in intent key order), then
+        read the reference of each intent that was booked before (or earlier in this group)."""
+        if not operations:
+            return []
+        columns: list[list[Any]] = [[] for _ in range(11)]
+        for booking, delivery_id in operations:
+            document = booking.invoice
+            row = (
+                booking.tenant, booking.supplier_identity, booking.invoice_number, document.supplier.name,
+                document.supplier.vat_id, document.currency, decimal.Decimal(document.total), document.issue_date,
+                document.to_json(), booking.lading_job_id, delivery_id,
+            )  # fmt: skip
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        rows = await conn.fetch(queries.LEDGER_INVOICES_BOOK_MANY, *columns)
+        booked = {r["delivery_id"]: r["reference"] for r in rows}
+        wanted = [(b.tenant, b.supplier_identity, b.invoice_number) for b, d in operations if d not in booked]
+        existing: dict[tuple[str, str, str], str] = {}
+        if wanted:
+            found_rows = await conn.fetch(
+                queries.LEDGER_INVOICES_GET_REFERENCES,
+                [k[0] for k in wanted], [k[1] for k in wanted], [k[2] for k in wanted],
+            )  # fmt: skip
+            existing = {(r["tenant"], r["supplier_identity"], r["invoice_number"]): r["reference"] for r in found_rows}
+        effects: list[adapters.Effect] = []
+        for booking, delivery_id in operations:
+            if (reference := booked.get(delivery_id)) is not None:
+                effects.append(adapters.Effect(reference=reference, created=True))
+                continue
+            found = existing.get((booking.tenant, booking.supplier_identity, booking.invoice_number))
+            if found is None:  # the conflicting row vanished between the two statements
+                raise asyncpg.exceptions.SerializationError("ledger invoice changed concurrently; retry")
+            effects.append(adapters.Effect(reference=found, created=False))
+        return effects
 
 
 async def count(conn: asyncpg.Connection) -> int:

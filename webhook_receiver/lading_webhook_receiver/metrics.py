@@ -77,8 +77,14 @@ class ReceiverMetrics:
         )
         self.transaction_seconds = prom.Histogram(
             "lading_receiver_transaction_seconds",
-            "Time from taking a database connection to the commit of a delivery's transaction",
+            "Time from taking a database connection to the commit of a group of deliveries (one transaction)",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=self.registry,
+        )
+        self.group_size = prom.Histogram(
+            "lading_receiver_commit_group_deliveries",
+            "Deliveries recorded per transaction (group commit: those that arrived while earlier groups committed)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             registry=self.registry,
         )
         self.cleaner_deleted = prom.Counter(

@@ -33,7 +33,7 @@ from lading import looping, schema
 from lading.db import migrating
 from lading.db import pool as dbpool
 from lading.webhooks import signing
-from lading_webhook_receiver import adapters, app, cleaning, ledger, metrics, settings
+from lading_webhook_receiver import adapters, app, cleaning, inbox, ledger, metrics, settings
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class RunningReceiver:
     observed: metrics.ReceiverMetrics
     """The receiver's counters (also served at /metrics)."""
     pool: asyncpg.Pool
+    committer: inbox.GroupCommitter | None = None
+    """The group committer recording deliveries (`queued`: deliveries waiting for the next group)."""
 
     @property
     def base_url(self) -> str:
@@ -116,7 +118,8 @@ async def receiving(
             await site.start()
             bound = [address for address in runner.addresses if isinstance(address, tuple)]
             async with _until_current(database_url, handlers), _cleaning(pool, config, observe, handlers):
-                yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool)
+                yield RunningReceiver(host=host, port=int(bound[0][1]) if bound else port, observed=observe, pool=pool,
+                                      committer=handlers.committer)
         finally:
             await runner.cleanup()
     finally:

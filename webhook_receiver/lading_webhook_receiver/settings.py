@@ -43,7 +43,13 @@ class ReceiverSettings:
     pool_min_size: int = 2
     """Connections kept open to the receiver's database."""
     pool_max_size: int = 10
-    """At most this many deliveries are in a transaction at once; more wait for a connection."""
+    """Connections at most: the group transactions below, the readiness probe and the inbox cleaner."""
+    commit_groups: int = 4
+    """Group transactions at once (each on its own connection, at most `pool_max_size`). A
+    delivery arriving while fewer run starts one at once; otherwise it joins the next group,
+    recorded with the others that arrived meanwhile in one transaction and one durable commit."""
+    commit_group_max: int = 256
+    """Deliveries in one group transaction at most."""
     database_timeout_s: float = 10.0
     """The longest wait for a connection, and for each statement of a delivery's transaction
     (and for the readiness check). Past it the delivery is answered 503 with Retry-After: the
@@ -84,6 +90,11 @@ class ReceiverSettings:
             raise ValueError(
                 f"cleaner batch size and batches per round must be at least 1, got {self.cleaner_batch_size} "
                 f"and {self.cleaner_max_batches}"
+            )
+        if self.commit_groups < 1 or self.commit_group_max < 1:
+            raise ValueError(
+                f"need at least one commit group of at least one delivery, got {self.commit_groups} and "
+                f"{self.commit_group_max}"
             )
         if not 1 <= self.pool_min_size <= self.pool_max_size:
             raise ValueError(
