@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from lading import metrics
 
@@ -70,11 +70,18 @@ def parse_amount(value: object, *, field: str) -> decimal.Decimal:
 
 @dataclasses.dataclass(frozen=True)
 class Pricing:
-    """A pool's prices: `currency` per million input (prompt) and output (completion) tokens."""
+    """A pool's prices in `currency`: per million input (prompt) and output (completion) tokens, or
+    (a vLLM pool) `gpu_hour_price` per GPU hour, whose attempts are priced when their interval
+    closes (`split_interval`) instead of when they finish."""
 
     currency: str
-    input_per_million: decimal.Decimal
-    output_per_million: decimal.Decimal
+    input_per_million: decimal.Decimal | None
+    output_per_million: decimal.Decimal | None
+    gpu_hour_price: decimal.Decimal | None = None
+
+    @property
+    def by_gpu_time(self) -> bool:
+        return self.gpu_hour_price is not None
 
     @classmethod
     def from_stored(cls, spec: Mapping[str, object]) -> Pricing | None:
@@ -89,6 +96,13 @@ class Pricing:
         currency = raw.get("currency")
         if not isinstance(currency, str) or re.fullmatch(CURRENCY_PATTERN, currency) is None:
             raise InvalidAmount(f"spec.pricing.currency: {currency!r} is not an ISO 4217 code")
+        if raw.get("gpuHourPrice") is not None:
+            if raw.get("inputPerMillionTokens") is not None or raw.get("outputPerMillionTokens") is not None:
+                raise InvalidAmount("spec.pricing.gpuHourPrice: excludes the per-token prices")
+            return cls(
+                currency=currency, input_per_million=None, output_per_million=None,
+                gpu_hour_price=parse_amount(raw.get("gpuHourPrice"), field="spec.pricing.gpuHourPrice"),
+            )  # fmt: skip
         return cls(
             currency=currency,
             input_per_million=parse_amount(raw.get("inputPerMillionTokens"),
@@ -97,15 +111,61 @@ class Pricing:
                                             field="spec.pricing.outputPerMillionTokens"),
         )  # fmt: skip
 
-    def cost(self, *, tokens_in: int, tokens_out: int) -> decimal.Decimal:
-        """The exact price of `tokens_in` prompt and `tokens_out` completion tokens."""
+    def cost(self, *, tokens_in: int, tokens_out: int) -> decimal.Decimal | None:
+        """The exact price of `tokens_in` prompt and `tokens_out` completion tokens; None for a pool
+        priced by GPU time, whose attempts' cost is known only when their interval closes."""
         if tokens_in < 0 or tokens_out < 0:
             raise ValueError(f"token counts must not be negative, got {tokens_in} and {tokens_out}")
+        if self.input_per_million is None or self.output_per_million is None:
+            return None
         total = _CONTEXT.add(
             _CONTEXT.multiply(decimal.Decimal(tokens_in), self.input_per_million),
             _CONTEXT.multiply(decimal.Decimal(tokens_out), self.output_per_million),
         )
         return _CONTEXT.divide(total, decimal.Decimal(TOKENS_PER_PRICE_UNIT))
+
+
+INTERVAL_S = 60
+"""A GPU-priced pool's GPU time is priced and allocated per interval of this many seconds, aligned
+to the minute (UTC)."""
+
+GPU_COST_QUANTUM = decimal.Decimal("0.000000001")
+"""An interval's cost is rounded (half to even) to 10⁻⁹ of the currency, the scale of the prices;
+allocated shares are whole multiples of it and sum to the interval's cost exactly."""
+
+
+def interval_cost(*, gpu_seconds: decimal.Decimal, gpu_hour_price: decimal.Decimal) -> decimal.Decimal:
+    """What `gpu_seconds` GPU-seconds cost at `gpu_hour_price` per GPU hour, rounded half to even to
+    `GPU_COST_QUANTUM` (the only rounding of money in Lading: a price per hour over seconds is not
+    a terminating decimal in general)."""
+    if gpu_seconds < 0:
+        raise ValueError(f"GPU time must not be negative, got {gpu_seconds}")
+    exact = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_EVEN).divide(
+        _CONTEXT.multiply(gpu_seconds, gpu_hour_price), decimal.Decimal(3600)
+    )
+    return exact.quantize(GPU_COST_QUANTUM, rounding=decimal.ROUND_HALF_EVEN, context=decimal.Context(prec=80))
+
+
+def split_interval(cost: decimal.Decimal, weights: Sequence[int]) -> list[decimal.Decimal]:
+    """`cost` (a multiple of `GPU_COST_QUANTUM`) split in proportion to `weights` (tokens), in whole
+    quanta, summing to `cost` exactly. The largest-remainder rule: each share is first rounded down
+    to a quantum; the quanta left over (fewer than there are shares) go one each to the shares with
+    the largest remainders, ties to the earlier position (callers order attempts by job id and
+    fence). All weights 0 (or none): every share 0, the interval is idle."""
+    if any(w < 0 for w in weights):
+        raise ValueError("weights must not be negative")
+    total = sum(weights)
+    if total == 0:
+        return [decimal.Decimal(0) for _ in weights]
+    units = int(_CONTEXT.divide(cost, GPU_COST_QUANTUM))
+    if _CONTEXT.multiply(decimal.Decimal(units), GPU_COST_QUANTUM) != cost:
+        raise ValueError(f"{cost} is not a whole number of {GPU_COST_QUANTUM}")
+    floors = [units * w // total for w in weights]
+    remainders = [units * w % total for w in weights]
+    left = units - sum(floors)
+    for i in sorted(range(len(weights)), key=lambda i: (-remainders[i], i))[:left]:
+        floors[i] += 1
+    return [_CONTEXT.multiply(decimal.Decimal(u), GPU_COST_QUANTUM) for u in floors]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +202,14 @@ def billed(
 def count_spent(*, tenant: str, pool: str, pricing: Pricing, amount: decimal.Decimal) -> None:
     """Add an attempt's cost to `lading_cost_total` (a float for Prometheus; the database keeps the
     exact sums)."""
+    count_cost(tenant=tenant, pool=pool, currency=pricing.currency, amount=amount)
+
+
+def count_cost(*, tenant: str, pool: str, currency: str, amount: decimal.Decimal) -> None:
+    """Add `amount` to `lading_cost_total`: the worker for each attempt it prices, the GPU-time
+    allocator for each tenant's share of an interval it closes."""
     if amount:
-        metrics.COST.labels(tenant, pool, pricing.currency).inc(float(amount))
+        metrics.COST.labels(tenant, pool, currency).inc(float(amount))
 
 
 def count_saved(*, tenant: str, pool: str, currency: str, amount: decimal.Decimal) -> None:

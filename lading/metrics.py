@@ -74,6 +74,17 @@ COST_SAVED = prom.Counter(
     "What reused results avoided paying: the cost of the job each result was taken from, in its currency",
     ["tenant", "pool", "currency"],
 )
+GPU_COST = prom.Counter(
+    "lading_gpu_cost_total",
+    "What the GPU time of vLLM pools priced by the GPU hour cost, per closed 60 s interval, in the pool's "
+    "currency; kind: charged (split among the interval's attempts) or idle (no tokens, charged to no tenant)",
+    ["pool", "currency", "kind"],
+)
+GPU_INTERVALS_CLOSED = prom.Counter(
+    "lading_gpu_intervals_closed_total",
+    "Intervals of vLLM pools priced by the GPU hour that the elected allocator closed",
+    ["pool"],
+)
 
 # Documents given by manifest (lading/documents/fetching.py), read by workers before the model call.
 DOCUMENT_FETCHES = prom.Counter(

@@ -98,3 +98,13 @@ async def tenants_spend(conn: asyncpg.Connection, *, limit: int = SPEND_LIMIT) -
 def amount(value: decimal.Decimal) -> str:
     """An exact amount as plain decimal digits, never an exponent: `0.000185`, `12.50`."""
     return format(value, "f")
+
+
+
+async def note_reservation(
+        db: asyncpg.Pool | asyncpg.Connection, job_id: JobId, fence: Fence, prompt_tokens: int, output_tokens: int
+) -> bool:
+    """Before attempt (`job_id`, `fence`) of a priced pool sends its request: the tokens it reserves,
+    which the reaper charges should the attempt never finish (job_reap_many). False: it was closed."""
+    noted = await db.fetchval(queries.sql("attempt_note_reservation"), job_id, fence, prompt_tokens, output_tokens)
+    return noted is not None

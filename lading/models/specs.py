@@ -779,7 +779,8 @@ class BuiltinSettings(_Spec):
 
 
 class Pricing(_Spec):
-    """What the pool's model calls cost, per million tokens, in one currency (docs/cost.md)."""
+    """What the pool's model calls cost, in one currency (docs/cost.md): per million tokens, or, for a
+    vllm pool, per GPU hour. Exactly one of the two: both per-token prices, or gpuHourPrice alone."""
 
     currency: str = pydantic.Field(
         min_length=3,
@@ -788,12 +789,53 @@ class Pricing(_Spec):
         description="ISO 4217 code of the prices (USD, EUR, ...). Fixed once set: a priced pool's currency "
         "does not change (create another pool).",
     )
-    input_per_million_tokens: DecimalAmount = pydantic.Field(
-        description="Price of a million prompt (input) tokens, as a decimal string such as \"0.15\".",
+    gpu_hour_price: DecimalAmount | None = pydantic.Field(
+        default=None,
+        description="Price of one GPU for one hour, as a decimal string such as \"2.50\"; only for provider "
+        "vllm, instead of the per-token prices. The GPU time of the pool's ready replicas in each 60 s "
+        "interval is split among the attempts that finished in it by their tokens (docs/cost.md).",
     )
-    output_per_million_tokens: DecimalAmount = pydantic.Field(
-        description="Price of a million completion (output) tokens, as a decimal string such as \"0.60\".",
+    input_per_million_tokens: DecimalAmount | None = pydantic.Field(
+        default=None,
+        description="Price of a million prompt (input) tokens, as a decimal string such as \"0.15\". "
+        "Required, with outputPerMillionTokens, unless gpuHourPrice is given.",
     )
+    output_per_million_tokens: DecimalAmount | None = pydantic.Field(
+        default=None,
+        description="Price of a million completion (output) tokens, as a decimal string such as \"0.60\". "
+        "Required, with inputPerMillionTokens, unless gpuHourPrice is given.",
+    )
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _absent_prices_checked(cls, data: object) -> object:
+        """An absent per-token price is checked like a given one (it is required unless gpuHourPrice),
+        so that its error names the field as written (pydantic names a default by its Python name)."""
+        if isinstance(data, collections.abc.Mapping):
+            data = dict(data)
+            for alias, name in (("inputPerMillionTokens", "input_per_million_tokens"),
+                                ("outputPerMillionTokens", "output_per_million_tokens")):
+                if alias not in data and name not in data:
+                    data[alias] = None
+        return data
+
+    @pydantic.field_validator("input_per_million_tokens", "output_per_million_tokens")
+    @classmethod
+    def _per_token_or_per_gpu_hour(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        name = "inputPerMillionTokens" if info.field_name == "input_per_million_tokens" else "outputPerMillionTokens"
+        if "gpu_hour_price" not in info.data:
+            return value  # gpuHourPrice itself is invalid; its error says so
+        by_gpu = info.data["gpu_hour_price"] is not None
+        if by_gpu and value is not None:
+            raise ValueError(
+                f"gpuHourPrice prices the pool by GPU time; {name} is for per-token pricing: give one or the other"
+            )
+        if not by_gpu and value is None:
+            raise ValueError(
+                f"{name} is required: a pool is priced per token (inputPerMillionTokens and "
+                "outputPerMillionTokens) or, provider vllm only, per GPU hour (gpuHourPrice)"
+            )
+        return value
 
 
 class PoolLimits(_Spec):
@@ -927,10 +969,9 @@ class InferencePoolSpec(_Spec):
     )
     pricing: Pricing | None = pydantic.Field(
         default=None,
-        description="Prices of the model's tokens. Every attempt records its cost from them (a timed-out "
-        "request at its reservation), summed per job, batch and tenant; TenantQuota budgets count it. For a "
-        "vllm pool, give the per-token prices your GPU cost works out to (docs/cost.md). Unset: calls are not "
-        "priced. Workers read it when they start.",
+        description="What the model's calls cost: per million tokens, or (provider vllm) per GPU hour. Every "
+        "attempt records its cost (one cut off mid-call at its reservation), summed per job, batch and tenant; "
+        "TenantQuota budgets count it. Unset: calls are not priced. Workers read it when they start.",
     )
     default_currency: str | None = pydantic.Field(
         default=None,
@@ -978,6 +1019,17 @@ class InferencePoolSpec(_Spec):
         provider = info.data.get("provider")
         if value is not None and provider is not None and provider != "vllm":
             raise ValueError(f"vllm settings are only for provider vllm, not {provider}")
+        return value
+
+    @pydantic.field_validator("pricing")
+    @classmethod
+    def _gpu_hour_price_only_for_vllm(cls, value: Pricing | None, info: pydantic.ValidationInfo) -> Pricing | None:
+        provider = info.data.get("provider")
+        if value is not None and value.gpu_hour_price is not None and provider is not None and provider != "vllm":
+            raise ValueError(
+                f"gpuHourPrice is only for provider vllm (GPUs the operator runs), not {provider}: price this "
+                "pool per token (inputPerMillionTokens and outputPerMillionTokens)"
+            )
         return value
 
     @pydantic.field_validator("builtin")

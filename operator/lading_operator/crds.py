@@ -239,6 +239,23 @@ KINDS: tuple[KindSpec, ...] = (
                     "rule": "self.provider == 'builtin' || !has(self.builtin)",
                     "message": "builtin settings are only for provider builtin",
                 },
+                {
+                    "rule": "self.provider == 'vllm' || !has(self.pricing) || !has(self.pricing.gpuHourPrice)",
+                    "message": "pricing.gpuHourPrice is only for provider vllm (GPUs the operator runs)",
+                },
+            ),
+            ("spec", "pricing"): (
+                {
+                    "rule": "!has(self.gpuHourPrice) || (!has(self.inputPerMillionTokens) "
+                    "&& !has(self.outputPerMillionTokens))",
+                    "message": "gpuHourPrice prices the pool by GPU time: give it or the per-token prices, not both",
+                },
+                {
+                    "rule": "has(self.gpuHourPrice) || (has(self.inputPerMillionTokens) "
+                    "&& has(self.outputPerMillionTokens))",
+                    "message": "a pool is priced per token (inputPerMillionTokens and outputPerMillionTokens) or, "
+                    "provider vllm only, per GPU hour (gpuHourPrice)",
+                },
             ),
             ("spec", "workers"): (
                 {"rule": "self.maxReplicas >= self.minReplicas", "message": "maxReplicas must be at least minReplicas"},

@@ -46,7 +46,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import prometheus_client
@@ -54,6 +54,7 @@ import prometheus_client
 from lading import costing, errors, failpoints, limiting, looping, metrics, storable, urls
 from lading.db import jobs
 from lading.documents import fetching
+from lading.ids import Fence, JobId
 from lading.jobs import retry, transitions
 from lading.providers import base
 from lading.settings import AttemptSettings
@@ -85,6 +86,9 @@ class Executor:
     document goes to review (`lading.validation.validate`, docs/validation.md)."""
     pricing: costing.Pricing | None = None
     """The pool's spec.pricing: every attempt's cost is recorded with its outcome; None: unpriced."""
+    note_reservation: Callable[[JobId, Fence, int, int], Awaitable[object]] | None = None
+    """Records a priced attempt's reservation before its request is sent (`lading.db.spend.
+    note_reservation`): should the attempt never finish, the reaper charges it (docs/cost.md)."""
     _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
 
     async def run(
@@ -171,6 +175,17 @@ class Executor:
                 permit = await self.limiter.acquire(job_id=job.id, fence=job.fence, tokens=reservation.total)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 # Nothing was sent: safe to retry, like a connection error before the request.
+                return base.Outcome.failed(
+                    base.OutcomeClass.TRANSIENT, error_class="LIMITER_UNAVAILABLE", error=str(exc)[:500]
+                ), 0.0, costing.NOTHING
+        if self.note_reservation is not None and self.pricing is not None and reservation.total:
+            try:
+                await self.note_reservation(job.id, job.fence, reservation.prompt_tokens, reservation.output_tokens)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                # Nothing was sent: give the permit back unused and retry, like a limiter outage.
+                if permit is not None and self.limiter is not None:
+                    self._releasing.add(task := asyncio.create_task(self.limiter.release(permit, tokens_used=0)))
+                    task.add_done_callback(self._releasing.discard)
                 return base.Outcome.failed(
                     base.OutcomeClass.TRANSIENT, error_class="LIMITER_UNAVAILABLE", error=str(exc)[:500]
                 ), 0.0, costing.NOTHING

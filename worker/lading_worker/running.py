@@ -13,6 +13,8 @@ The Worker: every loop of one worker process wired as a named task, here and now
     limiter client   the pool's shared rate limiter (lading.limiting), for non-builtin pools
     gauge refresher  database gauges, one elected process at a time (lading_elected.gauges; run_worker)
     cleaner          deletes rows past their retention, one elected process (cleaning.py; run_worker)
+    GPU allocator    prices the GPU time of pools priced by the GPU hour, one elected process
+                     (lading_elected.gpu_costs; run_worker)
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -33,13 +36,13 @@ import asyncpg
 
 from lading import costing, limiting, looping, reuse
 from lading.db import pool as dbpool
-from lading.db import registry
+from lading.db import registry, spend
 from lading.documents import fetching
 from lading.ids import PoolName, WorkerId
 from lading.models import specs
 from lading.providers import base, factory
 from lading.settings import WorkerProcessSettings
-from lading_elected import gauges
+from lading_elected import gauges, gpu_costs
 from lading_worker import (
     broker,
     claiming,
@@ -130,6 +133,7 @@ class Worker:
         executor = executing.Executor(
             provider=provider, settings=s.attempt, limiter=limiter, fetcher=self.fetcher,
             default_currency=default_currency, pricing=pricing,
+            note_reservation=functools.partial(spend.note_reservation, self.db),
         )
         claimer = claiming.Claimer(
             self.db,
@@ -219,7 +223,8 @@ async def run_worker(
     try:
         # Every worker stands for election; one across all replicas refreshes the database gauges.
         # Likewise one, elected apart, deletes what is past its retention.
-        async with gauges.refreshing(dsn), cleaning.cleaning(dsn, settings=cleaner):
+        # And one prices the GPU time of pools priced by the GPU hour, interval by interval.
+        async with gauges.refreshing(dsn), cleaning.cleaning(dsn, settings=cleaner), gpu_costs.allocating(dsn):
             await Worker(
                 db, settings=settings, api_key=api_key, provider_url=provider_url, delivery=delivery, events=events
             ).run(stop)

@@ -19,3 +19,13 @@ SELECT a.fence, a.cost, a.cost_currency, j.cost AS job_cost, j.cost_currency AS 
  WHERE j.id = $1
  ORDER BY a.fence
  LIMIT $2;
+
+-- name: attempt_note_reservation
+-- Before the request of attempt (job $1, fence $2) of a priced pool is sent: the tokens it reserves
+-- ($3 prompt estimate, $4 output budget). Should the attempt never finish (its worker dies, its
+-- lease is lost mid-call), the reaper charges them (job_reap_many): the request may have been
+-- billed. Only an open attempt is noted; returns whether it was.
+UPDATE job_attempts
+   SET reserved_tokens_in = $3, reserved_tokens_out = $4
+ WHERE job_id = $1 AND fence = $2 AND finished_at IS NULL
+RETURNING true;

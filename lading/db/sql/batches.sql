@@ -53,13 +53,12 @@ SELECT EXISTS (SELECT 1 FROM batches WHERE tenant = $1 AND idempotency_key = $2)
 
 -- name: batch_cost_get
 -- What batch $1's attempts cost, per currency (one row unless its pool's pricing was removed and
--- set again in another currency), from its jobs' sums (extraction_jobs.cost, written with every
--- attempt by job_finish_many); no row for a batch nothing of which was priced.
-SELECT cost_currency AS currency, sum(cost) AS amount
-  FROM extraction_jobs
- WHERE batch_id = $1 AND cost IS NOT NULL
- GROUP BY cost_currency
- ORDER BY cost_currency;
+-- set again in another currency): its running sums (batch_costs, migration 0027), added in the
+-- statements that add to its jobs' sums; no row for a batch nothing of which was priced.
+SELECT currency, amount
+  FROM batch_costs
+ WHERE batch_id = $1
+ ORDER BY currency;
 
 -- name: batch_get_observed
 -- One batch as the operator reports it, in one round trip: identity, per-state counts, the age

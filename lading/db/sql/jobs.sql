@@ -111,8 +111,11 @@ SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
 -- 22/54); the committer then splits the group to isolate it (lading.storable.isolate).
 -- $1..$14 and $16, $17 are the per-attempt arrays, one element per attempt; $15 is the committing
 -- worker. $16/$17: what the attempt cost and in which currency (NULL: an unpriced pool), added to
--- the attempt, the job and the tenant's spend of the day (tenant_spend) whether or not the
--- attempt was stale: the call was paid for (docs/cost.md).
+-- the attempt, the job, its batch's sum (batch_costs) and the tenant's spend of the day
+-- (tenant_spend) whether or not the attempt was stale: the call was paid for (docs/cost.md). A
+-- stale attempt the reaper already closed was charged its reservation there and is not charged
+-- again. NULL cost with a currency: a pool priced by GPU time, whose attempt's cost is pending
+-- until its interval closes (lading_elected.gpu_costs); nothing is added here.
 WITH input AS (
     SELECT *
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::text[],
@@ -124,7 +127,7 @@ WITH input AS (
 ), locked AS (
     -- Lock the rows in id order before changing them (see job_heartbeat_many); their tenants are
     -- read here once, for the usage and spend rows below.
-    SELECT j.id, j.tenant FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+    SELECT j.id, j.tenant, j.batch_id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -140,7 +143,8 @@ WITH input AS (
            last_error = i.error,
            cost = CASE WHEN i.cost IS NULL OR j.cost_currency <> i.cost_currency THEN j.cost
                        ELSE coalesce(j.cost, 0) + i.cost END,
-           cost_currency = coalesce(j.cost_currency, i.cost_currency),
+           cost_currency = CASE WHEN i.cost IS NULL THEN j.cost_currency
+                                ELSE coalesce(j.cost_currency, i.cost_currency) END,
            updated_at = clock_timestamp()
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id
@@ -148,7 +152,8 @@ WITH input AS (
        AND j.worker_id = $15
        AND j.lease_until > clock_timestamp()
        AND i.to_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'RETRY_SCHEDULED', 'FAILED_TERMINAL')
-    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.to_state, i.result, i.validation
+    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.to_state, i.result, i.validation, j.batch_id,
+              CASE WHEN j.cost_currency = i.cost_currency THEN i.cost END AS added, i.cost_currency
 ), closed AS (
     UPDATE job_attempts a
        SET finished_at = clock_timestamp(),
@@ -158,6 +163,7 @@ WITH input AS (
            output_sha256 = i.output_sha256, cost = i.cost, cost_currency = i.cost_currency
       FROM input i
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+    RETURNING a.job_id
 ), stored AS (
     INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
     SELECT id, fence, schema, validation_policy, result, validation
@@ -172,17 +178,32 @@ WITH input AS (
        SET cost = coalesce(j.cost, 0) + i.cost, cost_currency = coalesce(j.cost_currency, i.cost_currency)
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id AND i.job_id NOT IN (SELECT id FROM finished)
+       AND i.job_id IN (SELECT job_id FROM closed)  -- not one the reaper closed (charged there)
        AND i.cost IS NOT NULL AND (j.cost_currency IS NULL OR j.cost_currency = i.cost_currency)
+    RETURNING j.id, j.batch_id, i.cost AS added, i.cost_currency
 ), spent AS (
-    -- Money spent counts against the tenant's budget whether or not the attempt was stale; rows
-    -- in (tenant, currency) order, like tenant_usage below.
+    -- Money spent counts against the tenant's budget whether or not the attempt was stale (but
+    -- once: not again for an attempt the reaper closed); rows in (tenant, currency) order, like
+    -- tenant_usage below.
     INSERT INTO tenant_spend AS s (tenant, currency, day, amount)
     SELECT l.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE i.cost > 0
+       AND (i.job_id IN (SELECT id FROM finished) OR i.job_id IN (SELECT job_id FROM closed))
      GROUP BY l.tenant, i.cost_currency
      ORDER BY l.tenant, i.cost_currency
     ON CONFLICT (tenant, currency, day) DO UPDATE SET amount = s.amount + EXCLUDED.amount
+), batch_spent AS (
+    -- The batches' running sums (migration 0027): exactly what was added to their jobs above, in
+    -- (batch, currency) order.
+    INSERT INTO batch_costs AS b (batch_id, currency, amount)
+    SELECT c.batch_id, c.cost_currency, sum(c.added)
+      FROM (SELECT batch_id, cost_currency, added FROM finished
+            UNION ALL SELECT batch_id, cost_currency, added FROM stale_cost) c
+     WHERE c.added IS NOT NULL
+     GROUP BY c.batch_id, c.cost_currency
+     ORDER BY c.batch_id, c.cost_currency
+    ON CONFLICT (batch_id, currency) DO UPDATE SET amount = b.amount + EXCLUDED.amount
 ), used AS (
     -- Tokens spent count against the tenant's daily budget whether or not the attempt was stale.
     -- Tenants in name order: two finishing statements lock their usage rows in the same order.
@@ -256,31 +277,47 @@ SELECT job_id, decision, other_job, waits, result, validation, saved_cost, saved
 -- from (reused_from), its attempt row closes as `reused` with no tokens, the result and verdict are
 -- stored as taken, and the triggers write the completion event and the delivery like for any other
 -- success. A stale attempt changes nothing and is recorded in stale_completions.
+-- On a priced pool the attempt costs exactly 0 in the pool's currency, and the job's and batch's
+-- sums gain that 0 (a batch of reused jobs costs 0, not nothing); on an unpriced pool, NULL.
 -- $1 job ids, $2 fences, $3 the jobs the results come from, $4 results, $5 verdicts; $6 the worker.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[], $5::jsonb[])
            AS t(job_id, fence, source, result, validation)
 ), locked AS (
-    -- Lock the rows in id order before changing them (see job_heartbeat_many).
-    SELECT j.id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+    -- Lock the rows in id order before changing them (see job_heartbeat_many); each job's
+    -- pool's currency (NULL: unpriced) is read here once.
+    SELECT j.id, p.spec -> 'pricing' ->> 'currency' AS currency
+      FROM extraction_jobs j LEFT JOIN pools p ON p.name = j.pool
+     WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE OF j
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = 'SUCCEEDED', reused_from = i.source, lease_until = NULL, worker_id = NULL,
            finished_at = clock_timestamp(), last_error_class = NULL, last_error = NULL,
+           cost = CASE WHEN l.currency IS NOT NULL AND coalesce(j.cost_currency, l.currency) = l.currency
+                       THEN coalesce(j.cost, 0) ELSE j.cost END,
+           cost_currency = coalesce(j.cost_currency, l.currency),
            updated_at = clock_timestamp()
       FROM input i JOIN locked l ON l.id = i.job_id
      WHERE j.id = i.job_id
        AND j.fence = i.fence
        AND j.worker_id = $6
        AND j.lease_until > clock_timestamp()
-    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.result, i.validation
+    RETURNING j.id, j.fence, j.schema, j.validation_policy, i.result, i.validation, j.batch_id,
+              CASE WHEN j.cost_currency = l.currency THEN l.currency END AS currency
 ), closed AS (
     UPDATE job_attempts a
        SET finished_at = clock_timestamp(),
            outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN 'reused' ELSE 'stale' END,
-           tokens_in = 0, tokens_out = 0, latency_ms = 0
-      FROM input i
+           tokens_in = 0, tokens_out = 0, latency_ms = 0,
+           cost = CASE WHEN l.currency IS NOT NULL THEN 0 END, cost_currency = l.currency
+      FROM input i JOIN locked l ON l.id = i.job_id
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+), batch_spent AS (
+    -- The batch's running sum (migration 0027) gains a row at 0, so the batch shows its currency.
+    INSERT INTO batch_costs AS b (batch_id, currency)
+    SELECT DISTINCT f.batch_id, f.currency FROM finished f WHERE f.currency IS NOT NULL
+     ORDER BY f.batch_id, f.currency
+    ON CONFLICT (batch_id, currency) DO NOTHING
 ), stored AS (
     INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
     SELECT id, fence, schema, validation_policy, result, validation FROM finished
@@ -307,9 +344,31 @@ SELECT id, fence, attempt, max_attempts, deadline_at, clock_timestamp() AS now
 -- name: job_reap_many
 -- RUNNING (lease expired) -> RETRY_SCHEDULED | FAILED_TERMINAL, fence+1 so the old owner
 -- can never commit; the abandoned attempt row is closed as lease-expired.
+-- Its request may have been sent, and billed: on a pool priced per token the attempt is charged
+-- its reservation (reserved_tokens_in/out, noted by the worker before it sent the request; none
+-- noted, nothing sent: 0) at the pool's prices, and the charge is added to the job, its batch's
+-- sum and the tenant's spend, like a timed-out request's (docs/cost.md). On a pool priced by GPU
+-- time it is left pending (cost NULL, currency set), its reservation weighing as its tokens in its
+-- interval's allocation.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::text[])
            AS t(job_id, fence, to_state, retry_in_s, error_class)
+), charged AS (
+    -- The rows are locked already (job_lock_expired_leases, same transaction).
+    SELECT i.job_id, j.tenant, j.batch_id, pr.currency,
+           CASE WHEN pr.price_in IS NOT NULL AND pr.price_out IS NOT NULL
+                THEN (coalesce(a.reserved_tokens_in, 0) * pr.price_in
+                      + coalesce(a.reserved_tokens_out, 0) * pr.price_out) * 0.000001 END AS cost
+      FROM input i
+      JOIN extraction_jobs j ON j.id = i.job_id AND j.fence = i.fence AND j.lease_until < clock_timestamp()
+      JOIN job_attempts a ON a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+      LEFT JOIN pools p ON p.name = j.pool
+      CROSS JOIN LATERAL (
+          SELECT p.spec -> 'pricing' ->> 'currency' AS currency,
+                 (p.spec -> 'pricing' ->> 'inputPerMillionTokens')::numeric AS price_in,
+                 (p.spec -> 'pricing' ->> 'outputPerMillionTokens')::numeric AS price_out
+      ) pr
+     WHERE i.to_state IN ('RETRY_SCHEDULED', 'FAILED_TERMINAL')
 ), reaped AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -320,16 +379,39 @@ WITH input AS (
            finished_at = CASE WHEN i.to_state = 'FAILED_TERMINAL' THEN clock_timestamp() END,
            last_error_class = i.error_class,
            last_error = 'lease expired: the worker stopped heartbeating',
+           cost = CASE WHEN c.cost IS NULL OR j.cost_currency <> c.currency THEN j.cost
+                       ELSE coalesce(j.cost, 0) + c.cost END,
+           cost_currency = CASE WHEN c.cost IS NULL THEN j.cost_currency
+                                ELSE coalesce(j.cost_currency, c.currency) END,
            updated_at = clock_timestamp()
-      FROM input i
+      FROM input i LEFT JOIN charged c ON c.job_id = i.job_id
      WHERE j.id = i.job_id AND j.fence = i.fence AND j.lease_until < clock_timestamp()  -- i.e. RUNNING, expired
        AND i.to_state IN ('RETRY_SCHEDULED', 'FAILED_TERMINAL')
-    RETURNING j.id, i.fence AS old_fence, i.to_state
+    RETURNING j.id, i.fence AS old_fence, i.to_state, j.batch_id,
+              CASE WHEN j.cost_currency = c.currency THEN c.cost END AS added, c.currency
 ), closed AS (
     UPDATE job_attempts a
-       SET finished_at = clock_timestamp(), outcome = 'lease-expired', error_class = 'LeaseExpired'
-      FROM reaped r
+       SET finished_at = clock_timestamp(), outcome = 'lease-expired', error_class = 'LeaseExpired',
+           cost = c.cost, cost_currency = c.currency
+      FROM reaped r LEFT JOIN charged c ON c.job_id = r.id
      WHERE a.job_id = r.id AND a.fence = r.old_fence AND a.finished_at IS NULL
+), spent AS (
+    -- Rows in (tenant, currency) order, like job_finish_many.
+    INSERT INTO tenant_spend AS s (tenant, currency, day, amount)
+    SELECT c.tenant, c.currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(c.cost)
+      FROM charged c JOIN reaped r ON r.id = c.job_id
+     WHERE c.cost > 0
+     GROUP BY c.tenant, c.currency
+     ORDER BY c.tenant, c.currency
+    ON CONFLICT (tenant, currency, day) DO UPDATE SET amount = s.amount + EXCLUDED.amount
+), batch_spent AS (
+    INSERT INTO batch_costs AS b (batch_id, currency, amount)
+    SELECT r.batch_id, r.currency, sum(r.added)
+      FROM reaped r
+     WHERE r.added IS NOT NULL
+     GROUP BY r.batch_id, r.currency
+     ORDER BY r.batch_id, r.currency
+    ON CONFLICT (batch_id, currency) DO UPDATE SET amount = b.amount + EXCLUDED.amount
 )
 SELECT id, to_state FROM reaped;
 

@@ -20,7 +20,7 @@ import aiohttp
 import kopf
 
 from lading import applying
-from lading.db import registry
+from lading.db import gpu_time, registry
 from lading.models import specs
 from lading_operator import conditions, events, headroom, kube, rendering, runtime, scaling
 from lading_operator.pool_steps import owned
@@ -59,6 +59,7 @@ class Scaler:
         async with self.rt.db.acquire() as conn:
             name = applying.pool_key(str(self.body.metadata.namespace), str(self.body.metadata.name))
             load = await registry.pool_signals(conn, pool=name)
+            await gpu_time.record_gpu_replicas(conn, pool=name, spec=pool.spec, ready_replicas=ready_replicas)
         pausing = load.paused_until is not None and load.paused_until > load.at
         room = await self._headroom(session, pool, load, ready=ready_replicas, desired=engine_desired)
         signals = scaling.Signals(

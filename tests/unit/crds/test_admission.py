@@ -238,6 +238,21 @@ CEL_CROSS_FIELD = [
     ("external with vllm settings", _with(POOL, "vllm", {"gpus": 2}), "vllm settings are only for provider vllm"),
     ("vllm with builtin settings", _with(VLLM_POOL, "builtin", {"latencyMs": 5}), "builtin settings are only for"),
     (
+        "external priced by the GPU hour",
+        _with(POOL, "pricing", {"currency": "USD", "gpuHourPrice": "2.50"}),
+        "gpuHourPrice is only for provider vllm",
+    ),
+    (
+        "GPU-hour and per-token prices",
+        _with(VLLM_POOL, "pricing", {"currency": "USD", "gpuHourPrice": "2.50", "inputPerMillionTokens": "1"}),
+        "gpuHourPrice prices the pool by GPU time",
+    ),
+    (
+        "one per-token price only",
+        _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": "1"}),
+        "a pool is priced per token",
+    ),
+    (
         "max below min replicas",
         _with(POOL, "workers", {"minReplicas": 5, "maxReplicas": 2}),
         "maxReplicas must be at least minReplicas",
@@ -320,6 +335,7 @@ CEL_ACCEPTS = [
         "priced pool",
         _with(POOL, "pricing", {"currency": "USD", "inputPerMillionTokens": "0.15", "outputPerMillionTokens": "0.6"}),
     ),
+    ("vllm pool priced by the GPU hour", _with(VLLM_POOL, "pricing", {"currency": "EUR", "gpuHourPrice": "2.50"})),
     ("endpoint", ENDPOINT),
 ]
 
@@ -443,6 +459,8 @@ VALIDATORS_RESTATED_IN_CEL = {
     "ExtractionBatchSpec._some_source": "exactly one of documents (inline) or manifestUri",
     "ExtractionBatchSpec._unique_keys": "characters of text in all",
     "MoneyBudget._some_limit": "a budget needs monthly, daily or both",
+    "InferencePoolSpec._gpu_hour_price_only_for_vllm": "gpuHourPrice is only for provider vllm",
+    "Pricing._per_token_or_per_gpu_hour": "a pool is priced per token",
     "RetentionSpec._text_before_result": "the document text is deleted before the result",
 }
 VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
@@ -452,6 +470,7 @@ VALIDATORS_IN_THE_SCHEMA_OR_CODE_ONLY = {
     "InlineDocument._text_size": "code only: UTF-8 bytes (maxLength bounds characters)",
     "VllmSettings._no_rendered_args": "code only: the operator's own vllm serve flags, also as --flag=value",
     "VllmSettings._no_rendered_env": "code only: the operator's own variables; duplicates: list-type map by name",
+    "Pricing._absent_prices_checked": "code only: an absent per-token price is checked, so its error names it",
 }
 
 
