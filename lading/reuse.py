@@ -37,6 +37,11 @@ class Producer:
     when none): a result `invoice-strict-v2` accepted because the pool books a currency the document
     does not show is not accepted by a pool that books none (docs/validation.md)."""
 
+    @property
+    def key_parts(self) -> tuple[str, str, str]:
+        """(model, prompt version, judging): what the claim marks a job's reuse key with."""
+        return (self.model, self.prompt_version, self.judging)
+
 
 def producer_of(pool: registry.Pool) -> Producer:
     """The producer of `pool`'s workers: its model, the prompt version of this build, and its

@@ -153,11 +153,18 @@ async def claim_batch(
         worker_id: WorkerId,
         limit: int,
         lease_ttl_s: float,
+        reuse_key_of: tuple[str, str, str] | None = None,
 ) -> list[ClaimedJob]:
     """Take up to `limit` eligible jobs of `pool` in one statement, shared fairly among its
     tenants (weights, in-flight caps, daily token budgets; docs/fairness.md), SKIP LOCKED. Each
-    comes with its document: the text, or where a document given by manifest lives (`source`)."""
-    rows = await conn.fetch(queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s)
+    comes with its document: the text, or where a document given by manifest lives (`source`).
+    `reuse_key_of` (model, prompt version, judging settings: `lading.reuse.Producer`) marks each
+    claimed job's result-reuse key in the same statement, so that `reuse.resolve` needs to write
+    only the marks of jobs that wait (docs/reuse.md); None leaves the marks as they are."""
+    model, prompt_version, judging = reuse_key_of if reuse_key_of is not None else (None, None, None)
+    rows = await conn.fetch(
+        queries.sql("job_claim_batch"), pool, limit, worker_id, lease_ttl_s, model, prompt_version, judging
+    )
     return [
         ClaimedJob(
             id=JobId(r["id"]),

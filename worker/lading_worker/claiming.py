@@ -91,6 +91,7 @@ class Claimer:
                 worker_id=self._worker_id,
                 limit=min(capacity, self._settings.batch_size),
                 lease_ttl_s=self._lease.ttl_s,
+                reuse_key_of=None if self._reuser is None else self._reuser.producer.key_parts,
             )
             decisions: dict[JobId, reuse_db.Decision] = {}
             if claimed and self._reuser is not None:

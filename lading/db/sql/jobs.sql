@@ -46,7 +46,11 @@ SELECT pg_notify('lading_jobs', $1);
 --    class) from extraction_jobs_fair_claimable, `take` index entries per tenant whatever the
 --    backlog, SKIP LOCKED. (A job claimed by a concurrent claim since this statement began fails
 --    the recheck of the lock and the scan moves on, so the plan's count is still met);
---  * take ownership (attempt+1, fence+1, lease), open the attempt row, charge each tenant's
+--  * take ownership (attempt+1, fence+1, lease), mark the job's result-reuse key for a worker that
+--    calls model $5 with prompt version $6 and judging settings $7 (lading_reuse_key; NULL $5: the
+--    mark is left as it is), so that a copy claimed later waits for this job (lading_reuse_resolve,
+--    migration 0029: a job that waits has its mark cleared there), in the row version the claim
+--    writes anyway; open the attempt row, charge each tenant's
 --    virtual time for what it got, and return what the executor needs: the document's text, or
 --    for a document given by manifest (text NULL) its URI, SHA-256, size and the batch's
 --    namespace (file:// URIs are read only beneath <root>/<namespace>/), which the worker fetches
@@ -71,7 +75,9 @@ WITH plan AS (
 ), claimed AS (
     UPDATE extraction_jobs j
        SET state = 'RUNNING', attempt = j.attempt + 1, fence = j.fence + 1, worker_id = $3,
-           lease_until = clock_timestamp() + make_interval(secs => $4), updated_at = clock_timestamp()
+           lease_until = clock_timestamp() + make_interval(secs => $4), updated_at = clock_timestamp(),
+           reuse_key = CASE WHEN $5::text IS NULL THEN j.reuse_key
+                            ELSE lading_reuse_key(j.content_sha256, j.schema, j.validation_policy, $5, $6, $7) END
       FROM picked
      WHERE j.id = picked.id
     RETURNING j.id, j.tenant, j.batch_id, j.document_key, j.attempt, j.max_attempts, j.fence,
@@ -266,7 +272,7 @@ SELECT id FROM released;
 -- name: job_resolve_reuse
 -- What each of the jobs $1 (fences $2) worker $3 just claimed does, for model $4, prompt version
 -- $5 and judging settings $6: take an earlier result, wait for a duplicate in flight (only with its
--- deadline more than $7 s away), or lead (call the model). lading_reuse_resolve (migration 0019).
+-- deadline more than $7 s away), or lead (call the model). lading_reuse_resolve (migration 0029).
 SELECT job_id, decision, other_job, waits, result, validation, saved_cost, saved_currency
   FROM lading_reuse_resolve($1::bigint[], $2::bigint[], $3, $4, $5, $6, $7);
 
