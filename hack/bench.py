@@ -32,6 +32,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
     validation   each validation policy over the adversarial and clean corpora: a confusion
                  matrix per answer class (on stderr), the false-review rate on clean invoices,
                  and µs of validation per document; needs no database (hack/bench_validation.py)
+    compare      Lading's dispatch (SUCCEEDED and review paths) beside Procrastinate, Celery + RabbitMQ
+                 and a raw asyncpg claim-and-complete ceiling, in one run, and acceptance vs a plain
+                 COPY; the peers come from the `bench` extra (hack/bench_compare.py)
 
 This is not a test: nothing here asserts, it measures and compares with the targets, and
 `docs/benchmarks.md` says how to read the numbers. Each scenario runs in its own child
@@ -83,6 +86,7 @@ from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, Work
 sys.path.insert(0, str(_ROOT / "hack"))
 import bench_api  # noqa: E402
 import bench_cleaner  # noqa: E402
+import bench_compare  # noqa: E402
 import bench_delivery  # noqa: E402
 import bench_limiter  # noqa: E402
 import bench_manifest  # noqa: E402
@@ -1063,6 +1067,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reuse": bench_reuse,
     "validation": bench_validation.bench_validation,
     "api": bench_api.bench,
+    "compare": bench_compare.bench_compare,
 }
 
 DATABASE_FREE: dict[str, Callable[[], tuple[dict[str, Any], dict[str, Any], bool]]] = {

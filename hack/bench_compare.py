@@ -1,0 +1,845 @@
+"""
+The `compare` benchmark (run through hack/bench.py): Lading beside its peers, in one run, on the
+same PostgreSQL and RabbitMQ, one after the other.
+
+- Lading, SUCCEEDED path: 20,000 jobs through one in-process Worker (`bench.run_worker`) with
+  `EvidencedNoopProvider` (every job passes invoice-strict-v1's validation in full), at one fixed
+  setting (`LADING_SETTING`, the best of the `dispatch` grid on this kind of machine); then the
+  review path (`NoopProvider`, every job REVIEW_REQUIRED) at the same setting.
+- Procrastinate 3: no-op jobs (deferred first, in batches), its own schema in its own database,
+  its worker in this process (`run_worker_async(wait=False)`, which returns once the queue is
+  empty) at concurrency 10 and 50; jobs/s from the first `started` event to the last `succeeded`.
+- Celery 5 + RabbitMQ: no-op tasks, `acks_late`, prefork pool of 2 processes, prefetch multiplier
+  1 and 4, no result backend, in a vhost of its own (made with rabbitmqctl; without it, a queue of
+  its own on `/`). The tasks are published first; then `celery worker` starts as a subprocess and
+  each pool process writes one byte to a FIFO per finished task (hack/compare_peers/celery_app.py).
+  Jobs/s counts from the first completion to the last (n - 1 intervals); the queue must be empty
+  once the worker has stopped (every task acknowledged). The worker is stopped by its PID.
+- A raw asyncpg ceiling: fenced claim-and-complete of no-op rows (FOR UPDATE SKIP LOCKED, 50 per
+  round trip, one statement to claim and one to complete), `CEILING_CONNECTIONS` loops.
+- Acceptance of a 10,000-document batch (`accepting.accept_batch`, as the `accept` scenario) vs a
+  plain COPY of 10,000 job rows and 10,000 outbox rows into tables of the same columns with only a
+  primary key, interleaved, median of 5; the ratio of their jobs/s.
+
+CPU per job: the worker's (this process's rusage for in-process workers, /proc of the celery
+process tree for Celery) and PostgreSQL's (utime + stime from /proc/<pid>/stat of the backends
+connected to the run's database, before and after; the server's background processes are left
+out); for Celery, RabbitMQ's (beam.smp), which also counts whatever else uses the broker.
+A peer whose package is not installed (`pip install -e '.[bench]'`) is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from lading import accepting
+from lading.db import jobs as dbjobs
+from lading.db import pool as dbpool
+
+HACK = pathlib.Path(__file__).resolve().parent
+
+LADING_JOBS = 20_000
+LADING_SETTING = {"concurrency": 500, "claim_batch": 100, "commit_batch": 200, "prefetch": 0}
+"""Fixed, not searched: the best setting of the `dispatch` grid in docs/benchmarks.md."""
+
+PROCRASTINATE_JOBS = 3_000
+PROCRASTINATE_CONCURRENCY = (10, 50)
+PROCRASTINATE_DEFER_BATCH = 1_000
+
+CELERY_TASKS = 20_000
+CELERY_PROCESSES = 2
+CELERY_PREFETCH = (1, 4)
+CELERY_START_TIMEOUT_S = 60.0
+
+CEILING_JOBS = 100_000
+CEILING_BATCH = 50
+CEILING_CONNECTIONS = 4
+
+ACCEPT_DOCUMENTS = 10_000
+ACCEPT_REPETITIONS = 5
+
+PART_TIMEOUT_S = 300.0
+"""Each measured run gives up after this long (something is stuck, not slow)."""
+LOAD_SAMPLE_S = 5.0
+
+TARGET_VS_CELERY = 2.0
+TARGET_VS_PROCRASTINATE = 10.0
+TARGET_ACCEPT_VS_COPY = 0.85
+
+LADING_SUCCEEDED = "lading_succeeded"
+LADING_REVIEW = "lading_review"
+CELERY_REFERENCE = "celery_prefetch_4"
+PROCRASTINATE_REFERENCE = "procrastinate_concurrency_10"
+CEILING = "asyncpg_ceiling"
+
+
+# --------------------------------------------------------------------------------------------
+# Pure logic: one measured system, the ratios, the readable table.
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One system's run: `jobs` finished in `seconds`; CPU seconds spent meanwhile (None: unknown)."""
+
+    label: str
+    jobs: int
+    seconds: float
+    worker_cpu_s: float | None = None
+    postgres_cpu_s: float | None = None
+    broker_cpu_s: float | None = None
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def jobs_per_s(self) -> float:
+        return round(self.jobs / self.seconds, 1) if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "jobs": self.jobs,
+            "seconds": round(self.seconds, 3),
+            "jobs_per_s": self.jobs_per_s,
+            "worker_cpu_ms_per_job": _per_job_ms(self.worker_cpu_s, self.jobs),
+            "postgres_cpu_ms_per_job": _per_job_ms(self.postgres_cpu_s, self.jobs),
+            "broker_cpu_ms_per_job": _per_job_ms(self.broker_cpu_s, self.jobs),
+            **dict(self.details),
+        }
+
+
+def _per_job_ms(cpu_s: float | None, jobs: int) -> float | None:
+    return None if cpu_s is None or jobs <= 0 else round(cpu_s / jobs * 1000, 3)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return round(numerator / denominator, 2)
+
+
+def summarize(
+    systems: Mapping[str, Measured],
+    *,
+    skipped: Mapping[str, str],
+    acceptance: Mapping[str, Any] | None,
+    load: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """(results, targets, passed) from what was measured; a ratio whose terms are missing is None."""
+
+    def rate(key: str) -> float | None:
+        return systems[key].jobs_per_s if key in systems else None
+
+    lading = rate(LADING_SUCCEEDED)
+    ratios = {
+        "lading_vs_celery_prefetch_4": ratio(lading, rate(CELERY_REFERENCE)),
+        "lading_vs_procrastinate_concurrency_10": ratio(lading, rate(PROCRASTINATE_REFERENCE)),
+        "lading_vs_asyncpg_ceiling": ratio(lading, rate(CEILING)),
+        "lading_review_vs_celery_prefetch_4": ratio(rate(LADING_REVIEW), rate(CELERY_REFERENCE)),
+        "accept_vs_copy": None if acceptance is None else acceptance.get("ratio"),
+    }
+    targets = {
+        "lading_vs_celery_prefetch_4_min": TARGET_VS_CELERY,
+        "lading_vs_procrastinate_concurrency_10_min": TARGET_VS_PROCRASTINATE,
+        "accept_vs_copy_min": TARGET_ACCEPT_VS_COPY,
+    }
+    checks = (
+        (ratios["lading_vs_celery_prefetch_4"], TARGET_VS_CELERY),
+        (ratios["lading_vs_procrastinate_concurrency_10"], TARGET_VS_PROCRASTINATE),
+        (ratios["accept_vs_copy"], TARGET_ACCEPT_VS_COPY),
+    )
+    met = {name: value is not None and value >= target for name, (value, target) in zip(targets, checks, strict=True)}
+    results = {
+        "jobs_per_s": {key: m.jobs_per_s for key, m in systems.items()},
+        "ratios": ratios,
+        "targets_met": met,
+        "systems": {key: m.to_json() for key, m in systems.items()},
+        "skipped": dict(skipped),
+        "acceptance_vs_copy": dict(acceptance) if acceptance is not None else None,
+        "load_average": dict(load),
+    }
+    return results, targets, all(met.values())
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def render_table(results: Mapping[str, Any]) -> str:
+    """The readable form of `summarize`'s results (stderr, and docs/benchmarks.md)."""
+    lines = [
+        "| System | Jobs | Jobs/s | Worker CPU ms/job | PostgreSQL CPU ms/job | Load (1 min) before, after |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for system in results["systems"].values():
+        lines.append(
+            f"| {system['label']} | {system['jobs']:,} | {_fmt(system['jobs_per_s'])} "
+            f"| {_fmt(system['worker_cpu_ms_per_job'], 3)} | {_fmt(system['postgres_cpu_ms_per_job'], 3)} "
+            f"| {', '.join(_fmt(x, 1) for x in system.get('load_1m_before_after', ()))} |"
+        )
+    for name, why in results["skipped"].items():
+        lines.append(f"| {name} | skipped: {why} | | | | |")
+    ratios = results["ratios"]
+    lines.append("")
+    lines.append(
+        f"Lading SUCCEEDED path vs Celery prefetch 4: {_fmt(ratios['lading_vs_celery_prefetch_4'], 2)}x "
+        f"(target {TARGET_VS_CELERY:g}x); vs Procrastinate concurrency 10: "
+        f"{_fmt(ratios['lading_vs_procrastinate_concurrency_10'], 2)}x (target {TARGET_VS_PROCRASTINATE:g}x); "
+        f"vs the asyncpg ceiling: {_fmt(ratios['lading_vs_asyncpg_ceiling'], 2)}x"
+    )
+    acceptance = results.get("acceptance_vs_copy")
+    if acceptance is not None:
+        lines.append(
+            f"Acceptance of {acceptance['documents']:,} documents: {_fmt(acceptance['accept_jobs_per_s_median'])} "
+            f"jobs/s vs plain COPY {_fmt(acceptance['copy_jobs_per_s_median'])} jobs/s (medians of "
+            f"{acceptance['repetitions']}): {_fmt(acceptance['ratio'], 2)} (target {TARGET_ACCEPT_VS_COPY:g})"
+        )
+    load = results["load_average"]
+    lines.append(
+        f"Load average (1 min) during the run: {_fmt(load.get('min_1m'), 2)} to {_fmt(load.get('max_1m'), 2)}, "
+        f"median {_fmt(load.get('median_1m'), 2)} ({load.get('cpus')} CPUs)"
+    )
+    return "\n".join(lines)
+
+
+def cpu_ticks(stat: str) -> tuple[int, int]:
+    """(utime + stime, cutime + cstime) in clock ticks from the text of /proc/<pid>/stat."""
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 (state) is fields[0]
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def load_summary(samples: Sequence[float], *, start: Sequence[float], end: Sequence[float]) -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "start": [round(x, 2) for x in start],
+        "end": [round(x, 2) for x in end],
+        "samples_1m": [round(s, 2) for s in samples],
+        "min_1m": round(min(samples), 2) if samples else None,
+        "median_1m": round(statistics.median(samples), 2) if samples else None,
+        "max_1m": round(max(samples), 2) if samples else None,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# CPU from /proc
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s(pid: int, *, children: bool = False) -> float | None:
+    try:
+        own, reaped = cpu_ticks(pathlib.Path(f"/proc/{pid}/stat").read_text())
+    except (OSError, ValueError, IndexError):
+        return None
+    return (own + (reaped if children else 0)) / _TICK
+
+
+def _cpu_of(pids: Iterable[int]) -> dict[int, float]:
+    found = {}
+    for pid in pids:
+        cpu = _own_cpu_s(pid)
+        if cpu is not None:
+            found[pid] = cpu
+    return found
+
+
+def _cpu_delta(before: Mapping[int, float], after: Mapping[int, float]) -> float:
+    """CPU spent between two snapshots; a process that appeared meanwhile counts whole."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def _process_tree(root: int) -> list[int]:
+    """`root` and its descendants (scanning /proc for parent ids)."""
+    parents: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(parents.get(pid, ()))
+    return tree
+
+
+def _pids_named(name: str) -> list[int]:
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == name:
+                    pids.append(int(entry.name))
+    return pids
+
+
+class PostgresCpu:
+    """CPU of the server processes serving one database (its backends, from pg_stat_activity)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._before: dict[int, float] = {}
+
+    async def _backends(self) -> list[int]:
+        rows = await self._conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'"
+        )
+        return [r["pid"] for r in rows]
+
+    async def start(self) -> None:
+        self._before = _cpu_of(await self._backends())
+
+    async def stop(self) -> float | None:
+        after = _cpu_of(set(await self._backends()) | set(self._before))
+        if not after:
+            return None  # not this machine's server, or /proc not readable
+        return round(_cpu_delta(self._before, after), 3)
+
+
+def _rusage_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --------------------------------------------------------------------------------------------
+# The scenario
+
+
+async def bench_compare(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The hack/bench.py scenario, in the database it created, migrated and seeded."""
+    systems: dict[str, Measured] = {}
+    skipped: dict[str, str] = {}
+    samples: list[float] = []
+    start_load = os.getloadavg()
+    sampler = asyncio.create_task(_sample_load(samples), name="load average")
+    try:
+        await _part(systems, _lading(url))
+        try:
+            await _part(systems, _procrastinate(url))
+        except ModuleNotFoundError as exc:
+            skipped["Procrastinate"] = f"not installed ({exc.name}); pip install -e '.[bench]'"
+        try:
+            await _part(systems, _celery())
+        except ModuleNotFoundError as exc:
+            skipped["Celery"] = f"not installed ({exc.name}); pip install -e '.[bench]'"
+        await _part(systems, _ceiling(url))
+        acceptance = await _accept_vs_copy(url)
+    finally:
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+    samples.append(os.getloadavg()[0])
+    load = load_summary(samples, start=start_load, end=os.getloadavg())
+    results, targets, passed = summarize(systems, skipped=skipped, acceptance=acceptance, load=load)
+    results["versions"] = _versions()
+    print("\n" + render_table(results) + "\n", file=sys.stderr, flush=True)
+    return results, targets, passed
+
+
+async def _sample_load(samples: list[float]) -> None:
+    while True:
+        samples.append(os.getloadavg()[0])
+        await asyncio.sleep(LOAD_SAMPLE_S)
+
+
+async def _part(systems: dict[str, Measured], part: Awaitable[list[tuple[str, Measured]]]) -> None:
+    """Run one part; each system it measured keeps the 1-minute load average before and after."""
+    before = os.getloadavg()[0]
+    measured = await part
+    after = os.getloadavg()[0]
+    for key, one in measured:
+        systems[key] = dataclasses.replace(
+            one, details={**one.details, "load_1m_before_after": [round(before, 2), round(after, 2)]}
+        )
+        print(f"bench: compare {json.dumps(systems[key].to_json())}", file=sys.stderr, flush=True)
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("celery", "kombu", "procrastinate", "psycopg", "asyncpg"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        found["psycopg_implementation"] = psycopg.pq.__impl__
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Lading
+
+
+async def _lading(url: str) -> list[tuple[str, Measured]]:
+    import bench  # hack/bench.py: its dispatch machinery, imported here to avoid a cycle at import time
+
+    from lading.providers import noop
+
+    setting = "/".join(str(LADING_SETTING[k]) for k in ("concurrency", "claim_batch", "commit_batch", "prefetch"))
+    texts = bench.invoice_texts(LADING_JOBS)
+    measured: list[tuple[str, Measured]] = []
+    conn = await dbpool.connect(url)
+    pool = await bench._worker_pool(url)
+    try:
+        runs = (
+            (LADING_SUCCEEDED, "Lading, SUCCEEDED path", bench.evidenced(texts), bench.EvidencedNoopProvider(),
+             "SUCCEEDED"),
+            (LADING_REVIEW, "Lading, review path", texts, noop.NoopProvider(), "REVIEW_REQUIRED"),
+        )  # fmt: skip
+        for key, label, documents, provider, state in runs:
+            await bench._prepare(conn, documents)
+            postgres = PostgresCpu(conn)
+            await postgres.start()
+            run = await asyncio.wait_for(
+                bench.run_worker(
+                    pool, conn, settings=bench.worker_settings(**LADING_SETTING), provider=provider, jobs=LADING_JOBS
+                ),
+                PART_TIMEOUT_S,
+            )
+            postgres_cpu = await postgres.stop()
+            if not run.settled_as(state):
+                raise RuntimeError(f"{label}: not every job settled as {state}: {run.to_json()}")
+            measured.append(
+                (
+                    key,
+                    Measured(
+                        label=f"{label} (concurrency/claim/commit/prefetch {setting})",
+                        jobs=run.jobs,
+                        seconds=run.seconds,
+                        worker_cpu_s=run.cpu_s,
+                        postgres_cpu_s=postgres_cpu,
+                        details={"setting": dict(LADING_SETTING), "states": run.states, "timing": "worker start to "
+                                 "the poll (every 50 ms) that saw every job settled"},
+                    ),
+                )
+            )  # fmt: skip
+    finally:
+        await pool.close()
+        await conn.close()
+    return measured
+
+
+# --------------------------------------------------------------------------------------------
+# Procrastinate
+
+
+@contextlib.asynccontextmanager
+async def _own_database(url: str, suffix: str) -> AsyncIterator[str]:
+    """A database beside the run's (`<its name>_<suffix>`), dropped afterwards; yields its URL."""
+    import bench
+
+    conn = await asyncpg.connect(url)
+    try:
+        name = f"{await conn.fetchval('SELECT current_database()')}_{suffix}"
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    try:
+        yield bench._with_database(url, name)
+    finally:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+async def _procrastinate(url: str) -> list[tuple[str, Measured]]:
+    import procrastinate  # type: ignore[import-not-found,unused-ignore]
+
+    measured: list[tuple[str, Measured]] = []
+    async with _own_database(url, "procrastinate") as own_url:
+        watcher = await asyncpg.connect(own_url)
+        try:
+            for concurrency in PROCRASTINATE_CONCURRENCY:
+                connector = procrastinate.PsycopgConnector(conninfo=own_url, min_size=2, max_size=concurrency + 2)
+                app = procrastinate.App(connector=connector)
+
+                async def noop() -> None:
+                    return None
+
+                task = app.task(name="compare.noop")(noop)
+                async with app.open_async():
+                    if concurrency == PROCRASTINATE_CONCURRENCY[0]:
+                        await app.schema_manager.apply_schema_async()
+                    await watcher.execute("TRUNCATE procrastinate_jobs, procrastinate_events RESTART IDENTITY CASCADE")
+                    for start in range(0, PROCRASTINATE_JOBS, PROCRASTINATE_DEFER_BATCH):
+                        count = min(PROCRASTINATE_DEFER_BATCH, PROCRASTINATE_JOBS - start)
+                        await task.batch_defer_async(*({} for _ in range(count)))
+                    await watcher.execute("ANALYZE")
+                    postgres = PostgresCpu(watcher)
+                    await postgres.start()
+                    cpu_before = _rusage_cpu_s()
+                    await asyncio.wait_for(
+                        app.run_worker_async(concurrency=concurrency, wait=False, install_signal_handlers=False),
+                        PART_TIMEOUT_S,
+                    )
+                    worker_cpu = _rusage_cpu_s() - cpu_before
+                    postgres_cpu = await postgres.stop()
+                span = await watcher.fetchrow(
+                    "SELECT min(at) FILTER (WHERE type = 'started') AS first,"
+                    "       max(at) FILTER (WHERE type = 'succeeded') AS last,"
+                    "       count(*) FILTER (WHERE type = 'succeeded') AS succeeded"
+                    "  FROM procrastinate_events"
+                )
+                states = await watcher.fetch(
+                    "SELECT status::text, count(*)::int AS n FROM procrastinate_jobs GROUP BY 1"
+                )
+                if span["succeeded"] != PROCRASTINATE_JOBS or {r["status"]: r["n"] for r in states} != {
+                    "succeeded": PROCRASTINATE_JOBS
+                }:
+                    raise RuntimeError(f"Procrastinate: not every job succeeded: {[dict(r) for r in states]}")
+                seconds = (span["last"] - span["first"]).total_seconds()
+                measured.append(
+                    (
+                        f"procrastinate_concurrency_{concurrency}",
+                        Measured(
+                            label=f"Procrastinate, concurrency {concurrency}",
+                            jobs=PROCRASTINATE_JOBS,
+                            seconds=seconds,
+                            worker_cpu_s=worker_cpu,
+                            postgres_cpu_s=postgres_cpu,
+                            details={
+                                "concurrency": concurrency,
+                                "connection_pool_max": concurrency + 2,
+                                "timing": "first 'started' event to the last 'succeeded' event",
+                            },
+                        ),
+                    )
+                )
+        finally:
+            await watcher.close()
+    return measured
+
+
+# --------------------------------------------------------------------------------------------
+# Celery
+
+
+AMQP_ROOT = "amqp://guest:guest@127.0.0.1:5672"
+
+
+@contextlib.contextmanager
+def _broker_space(name: str) -> Iterator[tuple[str, str]]:
+    """(broker URL, how it is isolated): a vhost made with rabbitmqctl, else a queue of its own on '/'."""
+    ctl = shutil.which("rabbitmqctl") or ("/usr/sbin/rabbitmqctl" if os.path.exists("/usr/sbin/rabbitmqctl") else None)
+    made = False
+    if ctl is not None:
+        made = _rabbitmqctl(ctl, "add_vhost", name) and _rabbitmqctl(
+            ctl, "set_permissions", "-p", name, "guest", ".*", ".*", ".*"
+        )
+    try:
+        if made:
+            yield f"{AMQP_ROOT}/{name}", f"vhost {name} (rabbitmqctl)"
+        else:
+            yield f"{AMQP_ROOT}//", f"queue {name} on vhost / (rabbitmqctl not usable)"
+    finally:
+        if made and ctl is not None:
+            _rabbitmqctl(ctl, "delete_vhost", name)
+
+
+def _rabbitmqctl(ctl: str, *args: str) -> bool:
+    try:
+        done = subprocess.run([ctl, *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+async def _celery() -> list[tuple[str, Measured]]:
+    import celery  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: F401  (skipped if absent)
+
+    return await asyncio.to_thread(_celery_runs)
+
+
+def _celery_runs() -> list[tuple[str, Measured]]:
+    from celery import Celery  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    name = f"lading_bench_{os.getpid()}_celery"
+    measured: list[tuple[str, Measured]] = []
+    with _broker_space(name) as (broker, isolation), tempfile.TemporaryDirectory(prefix="lading-compare-") as tmp:
+        publisher = Celery("lading_compare_publisher", broker=broker)
+        publisher.conf.update(task_serializer="json", broker_connection_retry_on_startup=True)
+        try:
+            for prefetch in CELERY_PREFETCH:
+                fifo = pathlib.Path(tmp) / f"done-{prefetch}"
+                os.mkfifo(fifo)
+                with publisher.producer_or_acquire() as producer:
+                    for _ in range(CELERY_TASKS):
+                        publisher.send_task("compare.noop", queue=name, producer=producer)
+                run = _celery_worker_run(broker, name, prefetch, fifo, pathlib.Path(tmp) / f"worker-{prefetch}.log")
+                left = _queue_depth(publisher, name)
+                if left != 0:
+                    raise RuntimeError(f"Celery: {left} messages left in the queue after the worker stopped")
+                measured.append(
+                    (
+                        f"celery_prefetch_{prefetch}",
+                        dataclasses.replace(
+                            run,
+                            details={
+                                **run.details,
+                                "broker_isolation": isolation,
+                                "prefetch_multiplier": prefetch,
+                                "processes": CELERY_PROCESSES,
+                            },
+                        ),
+                    )
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                with publisher.connection_for_write() as connection:
+                    connection.default_channel.queue_delete(name)
+            publisher.close()
+    return measured
+
+
+def _queue_depth(app: Any, queue: str) -> int:
+    with app.connection_for_write() as connection:
+        _, messages, _ = connection.default_channel.queue_declare(queue=queue, passive=True)
+        return int(messages)
+
+
+def _celery_worker_run(broker: str, queue: str, prefetch: int, fifo: pathlib.Path, log: pathlib.Path) -> Measured:
+    # The read end first (non-blocking), then our own write end so that the FIFO never reads EOF.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    keeper = os.open(fifo, os.O_WRONLY)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HACK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "LADING_COMPARE_BROKER": broker,
+        "LADING_COMPARE_FIFO": str(fifo),
+    }
+    command = [
+        sys.executable, "-m", "celery", "-A", "compare_peers.celery_app", "worker",
+        "--pool", "prefork", "--concurrency", str(CELERY_PROCESSES), "--prefetch-multiplier", str(prefetch),
+        "--queues", queue, "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING",
+        "--hostname", f"{queue}-{prefetch}@localhost",
+    ]  # fmt: skip
+    broker_pids = _pids_named("beam.smp")
+    with log.open("w") as log_file:
+        worker = subprocess.Popen(
+            command, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=HACK
+        )
+    try:
+        first = last = 0.0
+        cpu_first: dict[int, float] = {}
+        broker_first: dict[int, float] = {}
+        count = 0
+        deadline = time.monotonic() + CELERY_START_TIMEOUT_S + PART_TIMEOUT_S
+        while count < CELERY_TASKS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Celery: only {count} of {CELERY_TASKS} tasks finished in time")
+            if worker.poll() is not None:
+                raise RuntimeError(f"Celery worker exited with {worker.returncode}: {log.read_text()[-2000:]}")
+            ready, _, _ = select.select([reader], [], [], 1.0)
+            if not ready:
+                continue
+            chunk = os.read(reader, 65536)
+            now = time.perf_counter()
+            if count == 0 and chunk:
+                first = now
+                cpu_first = _cpu_of(_process_tree(worker.pid))
+                broker_first = _cpu_of(broker_pids)
+            count += len(chunk)
+            last = now
+        cpu_last = _cpu_of(_process_tree(worker.pid))
+        broker_last = _cpu_of(broker_pids)
+    finally:
+        _stop(worker)
+        os.close(keeper)
+        os.close(reader)
+    return Measured(
+        label=f"Celery, prefork {CELERY_PROCESSES} processes, prefetch {prefetch}",
+        jobs=CELERY_TASKS - 1,
+        seconds=last - first,
+        worker_cpu_s=round(_cpu_delta(cpu_first, cpu_last), 3),
+        postgres_cpu_s=None,
+        broker_cpu_s=round(_cpu_delta(broker_first, broker_last), 3) if broker_first else None,
+        details={"timing": "first completion to the last (jobs counts the intervals)", "acks_late": True},
+    )
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the worker's PID (warm shutdown: in-flight acks go out), then SIGKILL to its group."""
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(worker.pid, signal.SIGKILL)  # its own session: the group is the pool it forked
+    worker.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------------------------
+# Raw asyncpg ceiling
+
+CEILING_SETUP = """
+DROP TABLE IF EXISTS compare_ceiling;
+CREATE TABLE compare_ceiling (
+    id          bigint PRIMARY KEY,
+    state       text        NOT NULL DEFAULT 'ready',
+    fence       bigint      NOT NULL DEFAULT 0,
+    owner       text,
+    finished_at timestamptz
+);
+CREATE INDEX compare_ceiling_ready ON compare_ceiling (id) WHERE state = 'ready';
+"""
+
+CEILING_CLAIM = """
+UPDATE compare_ceiling j SET state = 'running', fence = j.fence + 1, owner = $1
+  FROM (SELECT id FROM compare_ceiling WHERE state = 'ready' ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) c
+ WHERE j.id = c.id
+RETURNING j.id, j.fence
+"""
+
+CEILING_COMPLETE = """
+UPDATE compare_ceiling j SET state = 'done', finished_at = clock_timestamp()
+  FROM unnest($1::bigint[], $2::bigint[]) AS c(id, fence)
+ WHERE j.id = c.id AND j.fence = c.fence AND j.state = 'running'
+"""
+
+
+async def _ceiling(url: str) -> list[tuple[str, Measured]]:
+    conn = await dbpool.connect(url)
+    loops = [await asyncpg.connect(url) for _ in range(CEILING_CONNECTIONS)]
+    try:
+        await conn.execute(CEILING_SETUP)
+        await conn.execute("INSERT INTO compare_ceiling (id) SELECT generate_series(1, $1::bigint)", CEILING_JOBS)
+        await conn.execute("ANALYZE compare_ceiling")
+        postgres = PostgresCpu(conn)
+        await postgres.start()
+        cpu_before = _rusage_cpu_s()
+        started = time.perf_counter()
+        done = await asyncio.wait_for(
+            asyncio.gather(*(_ceiling_loop(c, f"loop-{i}") for i, c in enumerate(loops))), PART_TIMEOUT_S
+        )
+        seconds = time.perf_counter() - started
+        worker_cpu = _rusage_cpu_s() - cpu_before
+        postgres_cpu = await postgres.stop()
+        finished = await conn.fetchval("SELECT count(*) FROM compare_ceiling WHERE state = 'done'")
+        if sum(done) != CEILING_JOBS or finished != CEILING_JOBS:
+            raise RuntimeError(f"ceiling: {sum(done)} completed, {finished} done of {CEILING_JOBS}")
+        await conn.execute("DROP TABLE compare_ceiling")
+    finally:
+        for loop_conn in loops:
+            await loop_conn.close()
+        await conn.close()
+    measured = Measured(
+        label=f"asyncpg ceiling, claim+complete {CEILING_BATCH} per round trip, {CEILING_CONNECTIONS} connections",
+        jobs=CEILING_JOBS,
+        seconds=seconds,
+        worker_cpu_s=worker_cpu,
+        postgres_cpu_s=postgres_cpu,
+        details={"batch": CEILING_BATCH, "connections": CEILING_CONNECTIONS},
+    )
+    return [(CEILING, measured)]
+
+
+async def _ceiling_loop(conn: asyncpg.Connection, owner: str) -> int:
+    completed = 0
+    while True:
+        claimed = await conn.fetch(CEILING_CLAIM, owner, CEILING_BATCH)
+        if not claimed:
+            return completed
+        status = await conn.execute(CEILING_COMPLETE, [r["id"] for r in claimed], [r["fence"] for r in claimed])
+        completed += int(status.split()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Acceptance vs a plain COPY
+
+COPY_SETUP = """
+DROP TABLE IF EXISTS compare_copy_jobs, compare_copy_outbox;
+CREATE TABLE compare_copy_jobs (LIKE extraction_jobs INCLUDING DEFAULTS INCLUDING GENERATED);
+ALTER TABLE compare_copy_jobs ADD PRIMARY KEY (id);
+CREATE TABLE compare_copy_outbox (LIKE outbox_events INCLUDING DEFAULTS INCLUDING GENERATED);
+ALTER TABLE compare_copy_outbox ADD PRIMARY KEY (id);
+"""
+OUTBOX_COLUMNS = ("event_id", "aggregate_type", "aggregate_id", "type", "payload")
+
+
+async def _accept_vs_copy(url: str) -> dict[str, Any]:
+    import bench
+
+    texts = bench.invoice_texts(ACCEPT_DOCUMENTS)
+    conn = await dbpool.connect(url)
+    try:
+        await conn.execute(f"TRUNCATE {bench.DATA_TABLES} RESTART IDENTITY CASCADE")
+        await conn.execute(COPY_SETUP)
+        # The rows the COPY writes: the job rows of one accepted batch (same columns, same values).
+        template = await accepting.accept_batch(conn, bench.batch_request("copy-template", texts))
+        rows = await conn.fetch(
+            f"SELECT {', '.join(dbjobs.NEW_JOB_COLUMNS)} FROM extraction_jobs WHERE batch_id = $1 ORDER BY id",
+            template.batch_id,
+        )
+        job_rows = [tuple(r) for r in rows]
+        accept_s: list[float] = []
+        copy_s: list[float] = []
+        for rep in range(ACCEPT_REPETITIONS):
+            request = bench.batch_request(f"compare-accept-{rep}", texts)
+            started = time.perf_counter()
+            accepted = await accepting.accept_batch(conn, request)
+            accept_s.append(time.perf_counter() - started)
+            if not accepted.created or len(accepted.job_ids) != ACCEPT_DOCUMENTS:
+                raise RuntimeError(f"batch {request.name} was not accepted as new")
+            offset = (rep + 1) * 10 * ACCEPT_DOCUMENTS
+            jobs = [(row[0] + offset, *row[1:]) for row in job_rows]
+            outbox = [
+                (uuid.uuid4(), "job", job[0], "extraction.accepted.v1",
+                 json.dumps({"jobId": job[0], "batchId": job[2], "documentKey": job[4]}))
+                for job in jobs
+            ]  # fmt: skip
+            started = time.perf_counter()
+            async with conn.transaction():
+                await conn.copy_records_to_table("compare_copy_jobs", records=jobs, columns=dbjobs.NEW_JOB_COLUMNS)
+                await conn.copy_records_to_table("compare_copy_outbox", records=outbox, columns=OUTBOX_COLUMNS)
+            copy_s.append(time.perf_counter() - started)
+        await conn.execute("DROP TABLE compare_copy_jobs, compare_copy_outbox")
+    finally:
+        await conn.close()
+    accept_rate = ACCEPT_DOCUMENTS / statistics.median(accept_s)
+    copy_rate = ACCEPT_DOCUMENTS / statistics.median(copy_s)
+    return {
+        "documents": ACCEPT_DOCUMENTS,
+        "repetitions": ACCEPT_REPETITIONS,
+        "accept_jobs_per_s_median": round(accept_rate, 1),
+        "copy_jobs_per_s_median": round(copy_rate, 1),
+        "ratio": ratio(accept_rate, copy_rate),
+        "accept_ms_all": [round(s * 1000, 1) for s in accept_s],
+        "copy_ms_all": [round(s * 1000, 1) for s in copy_s],
+        "copy": "one transaction: COPY of 10,000 job rows (an accepted batch's values) and 10,000 outbox rows "
+        "into tables of the same columns with only a primary key; rows built before the clock starts",
+    }

@@ -1,0 +1,89 @@
+"""The report of `hack/bench.py compare`: ratios, targets, skipped peers, CPU from /proc (no peer runs here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def compare() -> Iterator[types.ModuleType]:
+    spec = importlib.util.spec_from_file_location("bench_compare", ROOT / "hack" / "bench_compare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+LOAD = {"cpus": 2, "min_1m": 1.0, "median_1m": 1.5, "max_1m": 2.0}
+
+
+def test_ratios_against_the_references_and_the_targets(compare: types.ModuleType) -> None:
+    systems = {
+        compare.LADING_SUCCEEDED: compare.Measured("Lading", jobs=20_000, seconds=5.0, worker_cpu_s=4.0),
+        compare.LADING_REVIEW: compare.Measured("Lading review", jobs=20_000, seconds=4.0),
+        compare.CELERY_REFERENCE: compare.Measured("Celery p4", jobs=19_999, seconds=10.0),
+        compare.PROCRASTINATE_REFERENCE: compare.Measured("Procrastinate c10", jobs=3_000, seconds=10.0),
+        compare.CEILING: compare.Measured("ceiling", jobs=100_000, seconds=2.0),
+    }
+    results, targets, passed = compare.summarize(
+        systems, skipped={}, acceptance={"ratio": 0.9, "documents": 10_000, "repetitions": 5,
+                                          "accept_jobs_per_s_median": 45_000.0, "copy_jobs_per_s_median": 50_000.0},
+        load=LOAD,
+    )  # fmt: skip
+    assert results["jobs_per_s"][compare.LADING_SUCCEEDED] == 4_000.0
+    assert results["ratios"] == {
+        "lading_vs_celery_prefetch_4": 2.0,  # 4,000 / 1,999.9
+        "lading_vs_procrastinate_concurrency_10": 13.33,  # 4,000 / 300
+        "lading_vs_asyncpg_ceiling": 0.08,
+        "lading_review_vs_celery_prefetch_4": 2.5,
+        "accept_vs_copy": 0.9,
+    }
+    assert passed and all(results["targets_met"].values())
+    assert targets["lading_vs_celery_prefetch_4_min"] == 2.0
+    assert results["systems"][compare.LADING_SUCCEEDED]["worker_cpu_ms_per_job"] == 0.2
+    assert results["systems"][compare.LADING_SUCCEEDED]["postgres_cpu_ms_per_job"] is None
+
+
+def test_a_ratio_below_its_target_fails_the_scenario(compare: types.ModuleType) -> None:
+    systems = {
+        compare.LADING_SUCCEEDED: compare.Measured("Lading", jobs=2_000, seconds=1.0),
+        compare.CELERY_REFERENCE: compare.Measured("Celery p4", jobs=1_500, seconds=1.0),
+        compare.PROCRASTINATE_REFERENCE: compare.Measured("Procrastinate c10", jobs=100, seconds=1.0),
+    }
+    results, _, passed = compare.summarize(systems, skipped={}, acceptance=None, load=LOAD)
+    assert not passed
+    assert results["targets_met"] == {
+        "lading_vs_celery_prefetch_4_min": False,
+        "lading_vs_procrastinate_concurrency_10_min": True,
+        "accept_vs_copy_min": False,  # not measured: not met
+    }
+
+
+def test_a_skipped_peer_leaves_its_ratio_empty_and_is_named(compare: types.ModuleType) -> None:
+    systems = {compare.LADING_SUCCEEDED: compare.Measured("Lading", jobs=2_000, seconds=1.0)}
+    skipped = {"Celery": "not installed (celery); pip install -e '.[bench]'"}
+    results, _, passed = compare.summarize(systems, skipped=skipped, acceptance=None, load=LOAD)
+    assert results["ratios"]["lading_vs_celery_prefetch_4"] is None
+    assert not passed and results["skipped"] == skipped
+    table = compare.render_table(results)
+    assert "| Celery | skipped: not installed (celery)" in table
+    assert "vs Celery prefetch 4: -x" in table
+    assert "| Lading | 2,000 | 2,000 |" in table
+
+
+def test_cpu_ticks_read_after_the_command_name_even_with_spaces_and_parentheses(compare: types.ModuleType) -> None:
+    fields = ["S", "1", "2", "3", "0", "-1", "4194560", "10", "0", "0", "0", "250", "50", "7", "3", "20"]
+    stat = "4242 (postgres: x (y) z) " + " ".join(fields)
+    assert compare.cpu_ticks(stat) == (300, 10)
