@@ -44,6 +44,11 @@ crds: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python hack/bench.py
 
+# Lading beside Celery and Procrastinate in one run (docs/benchmarks.md "Side by side"); installs the peers.
+bench-compare: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python hack/bench.py compare
+
 # The fault suite (docs/reliability.md), the full run: ARGS='--scenario worker-kill --seed 7' reruns one.
 reliability: $(STAMP)
 	$(BIN)/python hack/reliability.py $(ARGS)
