@@ -186,13 +186,14 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 def render_table(results: Mapping[str, Any]) -> str:
     """The readable form of `summarize`'s results (stderr, and docs/benchmarks.md)."""
     lines = [
-        "| System | Jobs | Jobs/s | Worker CPU ms/job | PostgreSQL CPU ms/job | Load (1 min) before, after |",
+        "| System | Jobs | Jobs/s | Worker CPU ms/job | PostgreSQL (or RabbitMQ) CPU ms/job "
+        "| Load (1 min) before, after |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for system in results["systems"].values():
         lines.append(
             f"| {system['label']} | {system['jobs']:,} | {_fmt(system['jobs_per_s'])} "
-            f"| {_fmt(system['worker_cpu_ms_per_job'], 3)} | {_fmt(system['postgres_cpu_ms_per_job'], 3)} "
+            f"| {_fmt(system['worker_cpu_ms_per_job'], 3)} | {_store_cpu(system)} "
             f"| {', '.join(_fmt(x, 1) for x in system.get('load_1m_before_after', ()))} |"
         )
     for name, why in results["skipped"].items():
@@ -218,6 +219,12 @@ def render_table(results: Mapping[str, Any]) -> str:
         f"median {_fmt(load.get('median_1m'), 2)} ({load.get('cpus')} CPUs)"
     )
     return "\n".join(lines)
+
+
+def _store_cpu(system: Mapping[str, Any]) -> str:
+    if system["postgres_cpu_ms_per_job"] is None and system["broker_cpu_ms_per_job"] is not None:
+        return f"({_fmt(system['broker_cpu_ms_per_job'], 3)})"
+    return _fmt(system["postgres_cpu_ms_per_job"], 3)
 
 
 def cpu_ticks(stat: str) -> tuple[int, int]:
@@ -340,14 +347,8 @@ async def bench_compare(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
     sampler = asyncio.create_task(_sample_load(samples), name="load average")
     try:
         await _part(systems, _lading(url))
-        try:
-            await _part(systems, _procrastinate(url))
-        except ModuleNotFoundError as exc:
-            skipped["Procrastinate"] = f"not installed ({exc.name}); pip install -e '.[bench]'"
-        try:
-            await _part(systems, _celery())
-        except ModuleNotFoundError as exc:
-            skipped["Celery"] = f"not installed ({exc.name}); pip install -e '.[bench]'"
+        await _peer(systems, skipped, "Procrastinate", _procrastinate(url))
+        await _peer(systems, skipped, "Celery", _celery())
         await _part(systems, _ceiling(url))
         acceptance = await _accept_vs_copy(url)
     finally:
@@ -366,6 +367,22 @@ async def _sample_load(samples: list[float]) -> None:
     while True:
         samples.append(os.getloadavg()[0])
         await asyncio.sleep(LOAD_SAMPLE_S)
+
+
+async def _peer(
+    systems: dict[str, Measured],
+    skipped: dict[str, str],
+    name: str,
+    part: Awaitable[list[tuple[str, Measured]]],
+) -> None:
+    """A peer that is not installed, or whose run fails, is reported as skipped with the reason."""
+    try:
+        await _part(systems, part)
+    except ModuleNotFoundError as exc:
+        skipped[name] = f"not installed ({exc.name}); pip install -e '.[bench]'"
+    except Exception as exc:  # the peer's failure, not Lading's: report it, measure the rest
+        skipped[name] = f"failed: {type(exc).__name__}: {exc}"[:500]
+        print(f"bench: compare {name} failed: {exc!r}", file=sys.stderr, flush=True)
 
 
 async def _part(systems: dict[str, Measured], part: Awaitable[list[tuple[str, Measured]]]) -> None:
