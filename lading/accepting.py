@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -164,12 +165,15 @@ async def _accept(
         raise ValueError(f"unknown priority {request.priority!r}; expected one of {sorted(PRIORITIES)}")
     if request.manifest is not None:
         return await _accept_manifest(conn, request, request.manifest, lock_timeout_s=lock_timeout_s)
-    digests = [hashing.content_digest(d.text) for d in request.documents]
-    batch_hash = hashing.batch_request_hash(
+    # Each text is encoded once: its SHA-256 (what hashing.content_digest computes) and its size.
+    encoded = [d.text.encode() for d in request.documents]
+    sha256 = hashlib.sha256
+    digests = [sha256(data).hexdigest() for data in encoded]
+    batch_hash = hashing.batch_request_hash_of_pairs(
         schema=request.schema,
         model_policy=request.model_policy,
         validation_policy=request.validation_policy,
-        documents=[(d.key, digest) for d, digest in zip(request.documents, digests, strict=True)],
+        documents=zip([d.key for d in request.documents], digests, strict=True),
     )
     try:
         async with conn.transaction():
@@ -181,8 +185,9 @@ async def _accept(
             job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
             await _copy_jobs(conn, request, batch_id, job_ids, digests, accepted_at=inserted.now)
             await failpoints.ahit("accept.after_jobs_before_documents")
-            await job_documents.copy_texts(
-                conn, [(job_id, d.text) for job_id, d in zip(job_ids, request.documents, strict=True)]
+            await job_documents.copy_sized_texts(
+                conn,
+                zip(job_ids, [d.text for d in request.documents], [len(data) for data in encoded], strict=True),
             )
             await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
@@ -313,22 +318,14 @@ async def _copy_jobs(
     job_hash = hashing.job_request_hasher(
         schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
     )
-    records = [
-        (
-            job_id,
-            request.tenant,
-            batch_id,
-            ordinal,
-            document.key,
-            job_hash(digest),
-            digest,
-            request.pool,
-            request.schema,
-            request.validation_policy,
-            priority,
-            request.max_attempts,
-            deadline_at,
-        )
+    tenant, pool, schema, policy, max_attempts = (
+        request.tenant, request.pool, request.schema, request.validation_policy, request.max_attempts
+    )  # fmt: skip
+    # A generator, not a list: the COPY sends its records in chunks as they are made, so the
+    # server inserts one chunk while the job request hashes of the next are computed here.
+    records = (
+        (job_id, tenant, batch_id, ordinal, document.key, job_hash(digest), digest, pool, schema, policy, priority,
+         max_attempts, deadline_at)
         for ordinal, (job_id, document, digest) in enumerate(zip(job_ids, request.documents, digests, strict=True))
-    ]
+    )  # fmt: skip
     await jobs.copy_new(conn, records)

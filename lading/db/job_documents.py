@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import asyncpg
 
@@ -46,6 +46,12 @@ async def copy_texts(conn: asyncpg.Connection, documents: Sequence[tuple[JobId, 
         records=[(job_id, text, len(text.encode())) for job_id, text in documents],
         columns=("job_id", "text", "bytes"),
     )
+
+
+async def copy_sized_texts(conn: asyncpg.Connection, documents: Iterable[tuple[JobId, str, int]]) -> None:
+    """Insert inline documents (job id, text, size of the text in UTF-8 bytes) with COPY; the
+    records may be a generator (the COPY sends them in chunks as they come)."""
+    await conn.copy_records_to_table("job_documents", records=documents, columns=("job_id", "text", "bytes"))
 
 
 async def stage_manifest(conn: asyncpg.Connection, spooled: manifest_lines.Spooled) -> None:

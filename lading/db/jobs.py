@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import asyncpg
@@ -85,9 +85,10 @@ NEW_JOB_COLUMNS = (
 """The columns of a new job row, in the order `copy_new` takes them."""
 
 
-async def copy_new(conn: asyncpg.Connection, records: Sequence[tuple[Any, ...]]) -> None:
+async def copy_new(conn: asyncpg.Connection, records: Iterable[tuple[Any, ...]]) -> None:
     """Insert new READY jobs with COPY (a 10,000-job batch in a few round trips); each record holds
-    `NEW_JOB_COLUMNS` in order. Only acceptance writes new jobs, in its transaction."""
+    `NEW_JOB_COLUMNS` in order. Only acceptance writes new jobs, in its transaction. The records
+    may be a generator: the COPY sends them in chunks as they are made."""
     await conn.copy_records_to_table("extraction_jobs", records=records, columns=NEW_JOB_COLUMNS)
 
 
