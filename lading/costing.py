@@ -13,10 +13,15 @@ attempt it finishes with its pool's prices and the tokens the attempt is billed 
       (timeout-ambiguous)                                   and never less than the limiter counts
     nothing sent, or refused before any work (429, 5xx,     what it reported, else nothing
       connection, a document that could not be fetched)
+    cut off without finishing (worker died, lease lost)     the reservation the worker noted before
+                                                            sending (priced by the reaper, in SQL)
 
-The cost lands on the attempt row, the job's sum and the tenant's spend of the day in the same
-statement that records the attempt (`job_finish_many`), stale attempts included: their calls
-were paid for. An attempt of an unpriced pool has no cost (NULL), not a cost of zero.
+The cost lands on the attempt row, the job's sum, the batch's sum and the tenant's spend of the day
+in the same statement that records the attempt (`job_finish_many`), stale attempts included: their
+calls were paid for. An attempt of an unpriced pool has no cost (NULL), not a cost of zero; a reused
+one costs 0. A vLLM pool priced by the GPU hour (`gpu_hour_price`) prices its attempts after the
+fact: each 60 s interval's GPU time (`interval_cost`) is split among the attempts that finished in
+it by their tokens (`split_interval`), by the elected allocator (`lading.db.gpu_time`).
 
 What this module does not own: the sums (SQL, lading/db), the budgets' gate (the claim plan,
 migration 0018), the metric names (`lading.metrics`).

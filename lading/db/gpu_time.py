@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import asyncpg
 
-from lading import costing
+from lading import costing, failpoints
 from lading.db import queries
 from lading.ids import PoolName, TenantName
 from lading.models import specs
@@ -135,6 +135,7 @@ async def close_next(conn: asyncpg.Connection, *, pool: PoolName, pricing: costi
                 pricing.currency, start.astimezone(dt.UTC).date(),
             )  # fmt: skip
             by_tenant = {TenantName(r["tenant"]): r["amount"] for r in rows}
+        await failpoints.ahit("gpu_time.after_charge_before_close")  # a crash here rolls it all back
         await conn.execute(queries.sql("pool_gpu_samples_prune"), pool, end)
         await conn.execute(queries.sql("pool_gpu_cursor_advance"), pool, start, end)
     return ClosedInterval(

@@ -178,7 +178,9 @@ class Executor:
                 return base.Outcome.failed(
                     base.OutcomeClass.TRANSIENT, error_class="LIMITER_UNAVAILABLE", error=str(exc)[:500]
                 ), 0.0, costing.NOTHING
-        if self.note_reservation is not None and self.pricing is not None and reservation.total:
+        if self.note_reservation is not None and self.pricing is not None:
+            if self.limiter is None:  # no upstream to protect (builtin), yet its reservation is priced
+                reservation = self._reservation(job, document)
             try:
                 await self.note_reservation(job.id, job.fence, reservation.prompt_tokens, reservation.output_tokens)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
