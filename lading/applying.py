@@ -274,6 +274,72 @@ async def check_document(
     return Admissible(tenant=tenant, pool=pool, existing=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class DocumentCheck:
+    """One document of `check_documents`: what `check_document` takes for it."""
+
+    namespace: str
+    key: str
+    priority: str
+    pool_name: PoolName
+    endpoint: str | None
+    document_bytes: int
+
+
+async def check_documents(
+        conn: asyncpg.Connection,
+        documents: Sequence[DocumentCheck],
+) -> list[Admissible | AdmissionRejected]:
+    """`check_document` for many documents at once, one verdict each, in order: the same rules and
+    messages, read once per distinct namespace, priority, pool and endpoint, and the tenant's room
+    read once, each document counted against its quota after the ones before it in the list that
+    were admitted (as if they had been checked and accepted one after another)."""
+    rules_of: dict[tuple[str, str, PoolName], tuple[TenantName, registry.TenantRules, registry.Pool]] = {}
+    endpoints: dict[str, bool] = {}
+    queued: dict[TenantName, tuple[int, int]] = {}
+    verdicts: list[Admissible | AdmissionRejected] = []
+    for document in documents:
+        subject = f"document {document.key!r} in namespace {document.namespace}"
+        try:
+            with _counted_rejections():
+                found = rules_of.get((document.namespace, document.priority, document.pool_name))
+                if found is None:  # a refusal is not kept: the next document's message names it
+                    found = await _check_rules(
+                        conn, namespace=document.namespace, subject=subject, field_prefix="",
+                        priority=document.priority, pool_name=document.pool_name,
+                    )  # fmt: skip
+                    rules_of[(document.namespace, document.priority, document.pool_name)] = found
+                tenant, rules, pool = found
+                if document.endpoint is not None:
+                    if document.endpoint not in endpoints:
+                        endpoints[document.endpoint] = await registry.endpoint_exists(conn, name=document.endpoint)
+                    if not endpoints[document.endpoint]:
+                        message = f"DeliveryEndpoint {document.endpoint} does not exist"
+                        raise AdmissionRejected(
+                            reason=reasons.INVALID_SPEC, message=f"{subject}: deliveryEndpointRef: {message}",
+                            fields=[FieldError("deliveryEndpointRef", message)],
+                        )  # fmt: skip
+                if tenant not in queued:
+                    limits = rules.max_queued_jobs, rules.max_queued_bytes
+                    queued[tenant] = (
+                        0 if limits[0] is None else await registry.tenant_queued_jobs(conn, tenant=tenant),
+                        0 if limits[1] is None else await registry.tenant_queued_bytes(conn, tenant=tenant),
+                    )
+                jobs_now, bytes_now = queued[tenant]
+                if rules.max_queued_jobs is not None:
+                    _require_room(tenant, queued=jobs_now, more=1, limit=rules.max_queued_jobs, unit="queued jobs",
+                                  field="maxQueuedJobs")
+                if rules.max_queued_bytes is not None:
+                    _require_room(tenant, queued=bytes_now, more=document.document_bytes,
+                                  limit=rules.max_queued_bytes, unit="bytes queued", field="maxQueuedBytes")
+        except AdmissionRejected as exc:
+            verdicts.append(exc)
+            continue
+        queued[tenant] = (jobs_now + 1, bytes_now + document.document_bytes)
+        verdicts.append(Admissible(tenant=tenant, pool=pool, existing=False))
+    return verdicts
+
+
 async def _check_rules(
         conn: asyncpg.Connection,
         *,

@@ -37,22 +37,26 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import re
+import typing
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 import orjson
 import pydantic
 
-from lading import accepting, applying, errors, failpoints, storable
+from lading import accepting, applying, errors, failpoints, grouping, storable
 from lading.db import batches, fairness, jobs, locks, outbox, submissions
 from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
 from lading.models import specs
 from lading.settings import RollingBatchSettings
+
+logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_KEY_MAX = 255
 """Characters of an idempotency key: room for a UUID, a content hash or an ERP document number."""
@@ -180,8 +184,8 @@ def validated(
     problems: list[applying.FieldError] = []
     if (reason := _key_problem(idempotency_key)) is not None:
         problems.append(applying.FieldError("idempotencyKey", reason))
-    if not isinstance(namespace, str) or len(namespace) > 63 or not re.match(specs.DNS_LABEL_PATTERN, namespace):
-        problems.append(applying.FieldError("namespace", f"must be {specs.PATTERN_HINTS[specs.DNS_LABEL_PATTERN]}"))
+    if (reason := _namespace_problem(namespace)) is not None:
+        problems.append(applying.FieldError("namespace", reason))
     fields: Mapping[str, Any] = {
         "key": document.key, "text": document.text, "uri": document.uri, "sha256": document.sha256,
         "bytes": document.bytes, "inferencePoolRef": document.inference_pool_ref,
@@ -200,6 +204,12 @@ def validated(
     if problems or request is None:
         raise applying.InvalidDocument(problems)
     return request
+
+
+def _namespace_problem(namespace: object) -> str | None:
+    if not isinstance(namespace, str) or len(namespace) > 63 or not re.match(specs.DNS_LABEL_PATTERN, namespace):
+        return f"must be {specs.PATTERN_HINTS[specs.DNS_LABEL_PATTERN]}"
+    return None
 
 
 def _key_problem(idempotency_key: object) -> str | None:
@@ -276,19 +286,25 @@ async def submit_validated(
             conn, namespace=namespace, request=request, idempotency_key=idempotency_key,
             request_digest=request_digest, settings=rolling,
         )  # fmt: skip
-    except asyncpg.LockNotAvailableError:
-        raise errors.AcceptanceInProgress(
+    except asyncpg.PostgresError as exc:
+        raise _refusal(exc, namespace=namespace, idempotency_key=idempotency_key) from None
+
+
+def _refusal(exc: asyncpg.PostgresError, *, namespace: str, idempotency_key: str) -> Exception:
+    """What a submission that failed with `exc` raises: AcceptanceInProgress for a lock wait that
+    timed out, InvalidDocument for a value PostgreSQL refused, `exc` itself otherwise."""
+    if isinstance(exc, asyncpg.LockNotAvailableError):
+        return errors.AcceptanceInProgress(
             f"idempotency key {storable.escaped(idempotency_key)!r} of namespace {namespace} is being accepted "
             "by another transaction; retry shortly"
-        ) from None
-    except asyncpg.PostgresError as exc:
-        if not storable.is_data_error(exc):
-            raise
-        # Validation should have refused it; the kind of error, never its text (it may quote the document).
-        raise applying.InvalidDocument([applying.FieldError(
-            "document", f"PostgreSQL refused a value of the request ({type(exc).__name__}, SQLSTATE "
-            f"{exc.sqlstate}); nothing was accepted",
-        )]) from None  # fmt: skip
+        )
+    if not storable.is_data_error(exc):
+        return typing.cast(Exception, exc)
+    # Validation should have refused it; the kind of error, never its text (it may quote the document).
+    return applying.InvalidDocument([applying.FieldError(
+        "document", f"PostgreSQL refused a value of the request ({type(exc).__name__}, SQLSTATE "
+        f"{exc.sqlstate}); nothing was accepted",
+    )])  # fmt: skip
 
 
 def request_digest(request: DocumentRequest) -> str:
@@ -328,7 +344,7 @@ async def _submit(
         model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
         batch = _rolling_batch(namespace=namespace, tenant=admissible.tenant, pool=pool.name, endpoint=endpoint,
                                request=request, model_policy=model_policy)  # fmt: skip
-        batch_id, name, opened = await _open_batch_for(conn, batch, key=request.key, settings=settings)
+        batch_id, name, opened, _ = await _open_batch_for(conn, batch, key=request.key, settings=settings)
         await jobs.insert_submitted(conn, jobs.SubmittedJob(
             id=job_id, tenant=admissible.tenant, batch_id=batch_id, document_key=request.key,
             request_hash=hashing.job_request_hasher(
@@ -366,6 +382,7 @@ class _Group:
 
     row: batches.NewBatch
     group: str
+    model_policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def validation_policy(self) -> str:
@@ -390,8 +407,7 @@ def _rolling_batch(
         model_policy: Mapping[str, Any],
 ) -> _Group:
     validation_policy = specs.VALIDATION_POLICY_DEFAULT
-    shared = [tenant, namespace, pool, endpoint, request.priority, request.deadline_seconds, SCHEMA, validation_policy]
-    group = hashing.canonical_json(shared).decode()
+    group = _group_key(namespace=namespace, tenant=tenant, pool=pool, endpoint=endpoint, request=request)
     name = f"documents-{uuid.uuid4().hex[:12]}"
     uid = str(uuid.uuid4())
     row = batches.NewBatch(
@@ -405,7 +421,24 @@ def _rolling_batch(
         priority=accepting.PRIORITIES[request.priority], deadline_s=request.deadline_seconds, endpoint=endpoint,
         suspended=False, total_jobs=0,
     )  # fmt: skip
-    return _Group(row=row, group=group)
+    return _Group(row=row, group=group, model_policy=model_policy)
+
+
+def _group_key(*, namespace: str, tenant: TenantName, pool: PoolName, endpoint: str | None,
+               request: DocumentRequest) -> str:
+    """What a rolling batch's documents share, as one text (the batch row's columns)."""
+    shared = [tenant, namespace, pool, endpoint, request.priority, request.deadline_seconds, SCHEMA,
+              specs.VALIDATION_POLICY_DEFAULT]
+    return hashing.canonical_json(shared).decode()
+
+
+def _renamed(batch: _Group) -> _Group:
+    """The same group's batch row under a new name and uid (each batch opened has its own)."""
+    name = f"documents-{uuid.uuid4().hex[:12]}"
+    uid = str(uuid.uuid4())
+    row = dataclasses.replace(batch.row, name=name, uid=uid, idempotency_key=accepting.idempotency_key(
+        namespace=batch.row.namespace, name=name, uid=uid))
+    return dataclasses.replace(batch, row=row)
 
 
 async def _open_batch_for(
@@ -414,8 +447,9 @@ async def _open_batch_for(
         *,
         key: str,
         settings: RollingBatchSettings,
-) -> tuple[BatchId, str, bool]:
-    """An open batch of the group that takes document `key`, locked: (id, name, opened by us).
+) -> tuple[BatchId, str, bool, int]:
+    """An open batch of the group that takes document `key`, locked: (id, name, opened by us, the
+    documents it holds).
 
     In order: an open batch no one else holds (closing on the way any that is full, past its time
     or holds the key); else a new batch in a slot with none open; else, every slot's batch being
@@ -426,16 +460,16 @@ async def _open_batch_for(
     for _ in range(_OPEN_ATTEMPTS):
         while (free := await batches.pick_open_rolling(conn, groups=slots, document_key=key)) is not None:
             if _takes(free, settings):
-                return free.id, free.name, False
+                return free.id, free.name, False, free.total_jobs
             await batches.close_rolling(conn, batch_id=free.id)
         for slot in slots:
             opened = await batches.open_rolling(conn, batch.row, group=slot, open_s=settings.open_s)
             if opened is not None:
-                return opened, batch.row.name, True
+                return opened, batch.row.name, True, 0
         held = await batches.lock_open_rolling(conn, group=mine, document_key=key)
         if held is not None:
             if _takes(held, settings):
-                return held.id, held.name, False
+                return held.id, held.name, False, held.total_jobs
             await batches.close_rolling(conn, batch_id=held.id)
     raise errors.AcceptanceInProgress(
         f"the rolling batch of namespace {batch.row.namespace} is being opened by other transactions; retry shortly"
@@ -444,3 +478,258 @@ async def _open_batch_for(
 
 def _takes(batch: batches.OpenRolling, settings: RollingBatchSettings) -> bool:
     return batch.taking and not batch.key_taken and batch.total_jobs < settings.max_documents
+
+
+# --- Group commit: documents that arrive together are accepted in one transaction.
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSettings:
+    """How `GroupSubmitter` groups concurrent documents (docs/api.md, "Throughput")."""
+
+    max_documents: int = 256
+    """Most documents one transaction accepts."""
+    flushers: int = 2
+    """Transactions in flight at once: while one waits for its commit's WAL flush, the next group
+    is being written, so a document never waits for more than the group before it."""
+
+    def __post_init__(self) -> None:
+        if self.max_documents < 1 or self.flushers < 1:
+            raise ValueError(f"a group needs room for a document and a flusher, got max_documents="
+                             f"{self.max_documents}, flushers={self.flushers}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    namespace: str
+    request: DocumentRequest
+    idempotency_key: str
+    request_digest: str
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return (self.namespace, self.idempotency_key)
+
+
+class GroupSubmitter:
+    """`submit_validated` for many concurrent callers, with group commit (`lading.grouping`):
+    documents that arrive while a transaction is being written or committed are accepted together
+    in the next one, with set-based statements, and each caller is answered only after the commit
+    that holds its document. Nothing waits on a timer: an idle submitter starts a document's
+    transaction at once, and a group grows only with the documents that arrived during the one
+    before (up to `GroupSettings.max_documents`, `flushers` transactions in flight).
+
+    The answers are exactly `submit_document`'s, per document: a replay, IdempotencyMismatch,
+    AdmissionRejected or InvalidDocument for that document alone while the rest of its group is
+    accepted. Documents of one (namespace, idempotency key) never share a transaction: the later
+    one goes into a later group and is answered as a repeat. When a group's transaction fails (a
+    value PostgreSQL refuses, a lock wait that timed out, a deadlock), each of its documents is
+    accepted again alone, so one bad document is refused on its own; when the database is
+    unreachable every document of the group gets that error (temporary: retry unchanged)."""
+
+    def __init__(
+            self,
+            db: asyncpg.Pool,
+            *,
+            settings: GroupSettings | None = None,
+            rolling: RollingBatchSettings | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings or GroupSettings()
+        self.rolling = rolling or RollingBatchSettings()
+        self.groups: grouping.Groups[_Pending, Submission] = grouping.Groups(
+            self._apply, identity=lambda pending: pending.identity, max_items=self.settings.max_documents,
+            concurrency=self.settings.flushers,
+        )  # fmt: skip
+
+    async def submit(
+            self,
+            *,
+            namespace: str,
+            request: DocumentRequest,
+            idempotency_key: str,
+            request_digest: str,
+    ) -> Submission:
+        """Accept one document `validated` already (namespace from trusted context); raises like
+        `submit_document`. Cancelling the caller does not cancel the document's transaction."""
+        problems: list[applying.FieldError] = []
+        if (reason := _key_problem(idempotency_key)) is not None:
+            problems.append(applying.FieldError("idempotencyKey", reason))
+        if (reason := _namespace_problem(namespace)) is not None:
+            problems.append(applying.FieldError("namespace", reason))
+        if problems:
+            raise applying.InvalidDocument(problems)
+        if not request_digest or len(request_digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(request_digest):
+            raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
+        return await self.groups.run(_Pending(namespace, request, idempotency_key, request_digest))
+
+    async def _apply(self, group: Sequence[_Pending]) -> list[Submission | Exception]:
+        async with self.db.acquire() as conn:
+            if len(group) == 1:
+                return [await _alone(conn, group[0], settings=self.rolling)]
+            try:
+                return await _submit_group(conn, group, settings=self.rolling)
+            except (asyncpg.PostgresError, errors.AcceptanceInProgress) as exc:
+                if isinstance(exc, asyncpg.PostgresConnectionError):
+                    raise
+                logger.info("a group of %d documents failed (%s); accepting each alone", len(group),
+                            type(exc).__name__)
+            return [await _alone(conn, pending, settings=self.rolling) for pending in group]
+
+
+async def _alone(
+        conn: asyncpg.Connection,
+        pending: _Pending,
+        *,
+        settings: RollingBatchSettings,
+) -> Submission | Exception:
+    """`submit_validated` for one document, in its own transaction; a failure is its outcome."""
+    try:
+        return await submit_validated(
+            conn, namespace=pending.namespace, request=pending.request, idempotency_key=pending.idempotency_key,
+            request_digest=pending.request_digest, settings=settings,
+        )  # fmt: skip
+    except Exception as exc:
+        return exc
+
+
+async def _submit_group(
+        conn: asyncpg.Connection,
+        group: Sequence[_Pending],
+        *,
+        settings: RollingBatchSettings,
+) -> list[Submission | Exception]:
+    """Accept `group` (one document per idempotency key) in one transaction: every key claimed in
+    one statement, repeats answered from their records, each document checked against its
+    tenant's rules (a refused one releases its key), the admitted ones appended to their rolling
+    batches a batch at a time. One outcome per document, in order."""
+    outcomes: list[Submission | Exception | None] = [None] * len(group)
+    async with conn.transaction():
+        await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
+        job_ids = await jobs.allocate_ids(conn, count=len(group))
+        claimed = await submissions.insert_many(conn, [
+            submissions.Claim(p.namespace, p.idempotency_key, p.request_digest, job_id)
+            for p, job_id in zip(group, job_ids, strict=True)
+        ])  # fmt: skip
+        repeats = [i for i, p in enumerate(group) if p.identity not in claimed]
+        if repeats:
+            stored = await submissions.get_many(conn, [group[i].identity for i in repeats])
+            for i in repeats:
+                outcomes[i] = _repeat(group[i], stored.get(group[i].identity))
+        fresh = [i for i, p in enumerate(group) if p.identity in claimed]
+        endpoints = {i: _endpoint(group[i]) for i in fresh}
+        verdicts = await applying.check_documents(conn, [
+            applying.DocumentCheck(
+                namespace=group[i].namespace, key=group[i].request.key, priority=group[i].request.priority,
+                pool_name=group[i].request.pool_name(namespace=group[i].namespace), endpoint=endpoints[i],
+                document_bytes=group[i].request.document_bytes,
+            )
+            for i in fresh
+        ])  # fmt: skip
+        refused: list[tuple[str, str]] = []
+        by_batch: dict[str, tuple[_Group, list[tuple[int, applying.Admissible]]]] = {}
+        for i, verdict in zip(fresh, verdicts, strict=True):
+            if isinstance(verdict, applying.AdmissionRejected):
+                outcomes[i] = verdict
+                refused.append(group[i].identity)
+                continue
+            pool = verdict.pool
+            key = _group_key(namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name,
+                             endpoint=endpoints[i], request=group[i].request)
+            if key not in by_batch:
+                model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
+                by_batch[key] = (_rolling_batch(
+                    namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name, endpoint=endpoints[i],
+                    request=group[i].request, model_policy=model_policy,
+                ), [])  # fmt: skip
+            by_batch[key][1].append((i, verdict))
+        await submissions.delete_many(conn, refused)
+        queues: set[tuple[PoolName, TenantName]] = set()
+        for name in sorted(by_batch):  # one order of rolling groups: concurrent groups lock batches alike
+            shape, members = by_batch[name]
+            placed = await _append_to_rolling(conn, shape, [(group[i], job_ids[i]) for i, _ in members],
+                                              settings=settings)
+            for (i, verdict), (namespace, batch_name) in zip(members, placed, strict=True):
+                outcomes[i] = Submission(job_id=job_ids[i], batch_namespace=namespace, batch_name=batch_name,
+                                         replayed=False)
+                queues.add((verdict.pool.name, verdict.tenant))
+        for pool_name, tenant in sorted(queues):
+            await fairness.register_queue(conn, pool=pool_name, tenant=tenant)
+        for pool_name in sorted({pool_name for pool_name, _ in queues}):
+            await jobs.notify_available(conn, pool=pool_name)
+        await failpoints.ahit("intake.before_commit")
+    assert all(outcome is not None for outcome in outcomes), "every document has an outcome"
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _endpoint(pending: _Pending) -> str | None:
+    ref = pending.request.delivery_endpoint_ref
+    return None if ref is None else f"{pending.namespace}/{ref}"
+
+
+def _repeat(pending: _Pending, stored: submissions.Stored | None) -> Submission | Exception:
+    assert stored is not None, "the claim found the key taken, so its row exists"
+    if stored.request_digest != pending.request_digest:
+        return IdempotencyMismatch(namespace=pending.namespace, idempotency_key=pending.idempotency_key)
+    return Submission(job_id=stored.job_id, batch_namespace=stored.batch_namespace, batch_name=stored.batch_name,
+                      replayed=True)
+
+
+async def _append_to_rolling(
+        conn: asyncpg.Connection,
+        shape: _Group,
+        documents: Sequence[tuple[_Pending, JobId]],
+        *,
+        settings: RollingBatchSettings,
+) -> list[tuple[str, str]]:
+    """Append `documents` (one rolling group's) to open batches of the group, as many to one batch
+    as it takes (room, and keys it does not hold yet); (namespace, name) of each one's batch."""
+    placed: dict[int, tuple[str, str]] = {}
+    remaining = list(range(len(documents)))
+    while remaining:
+        first = documents[remaining[0]][0].request.key
+        batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings)
+        room = settings.max_documents - holds
+        keys = [documents[i][0].request.key for i in remaining]
+        taken = await submissions.keys_taken(conn, batch_id=batch_id, document_keys=keys)
+        now: list[int] = []
+        later: list[int] = []
+        for i in remaining:
+            key = documents[i][0].request.key
+            if len(now) < room and key not in taken:
+                taken.add(key)
+                now.append(i)
+            else:
+                later.append(i)
+        assert now, "the batch _open_batch_for gave takes the first document"
+        pool = shape.row.pool
+        request_hash = hashing.job_request_hasher(
+            schema=SCHEMA, model_policy=shape.model_policy, validation_policy=shape.validation_policy
+        )
+        await submissions.append_jobs(
+            conn, batch_id=batch_id,
+            shared=submissions.AppendedJobs(
+                tenant=shape.row.tenant, pool=pool, schema=SCHEMA, validation_policy=shape.validation_policy,
+                priority=shape.priority, max_attempts=accepting.BatchRequest.max_attempts,
+                deadline_s=shape.deadline_s,
+            ),
+            documents=[
+                submissions.AppendedDocument(
+                    job_id=documents[i][1], document_key=documents[i][0].request.key,
+                    request_hash=request_hash(documents[i][0].request.content_sha256),
+                    content_sha256=documents[i][0].request.content_sha256, text=documents[i][0].request.text,
+                    uri=documents[i][0].request.uri, document_bytes=documents[i][0].request.document_bytes,
+                )
+                for i in now
+            ],
+        )  # fmt: skip
+        if opened:
+            await outbox.insert_batch_accepted(conn, batch_id=batch_id, payload={
+                "batch_id": batch_id, "tenant": shape.row.tenant,
+                "batch": {"namespace": shape.row.namespace, "name": name}, "pool": pool, "jobs": len(now),
+                "rolling": True,
+            })  # fmt: skip
+        for i in now:
+            placed[i] = (shape.row.namespace, name)
+        remaining = later
+    return [placed[i] for i in range(len(documents))]

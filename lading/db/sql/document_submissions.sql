@@ -35,3 +35,57 @@ SELECT count(*)::bigint FROM gone;
 
 -- name: submission_oldest_age
 SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM document_submissions;
+
+-- name: submission_insert_many
+-- Claim many (namespace $1[i], idempotency key $2[i]) for request digest $3[i] and job $4[i] at
+-- once, in the order given (callers sort by namespace and key: one lock order). Returns the
+-- claimed ones; a key taken already is left out, and one being claimed by another transaction
+-- is waited for, as `submission_insert` does.
+INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+ON CONFLICT (namespace, idempotency_key) DO NOTHING
+RETURNING namespace, idempotency_key;
+
+-- name: submission_get_many
+-- The submissions holding (namespace $1[i], idempotency key $2[i]), with their jobs' batches.
+SELECT s.namespace, s.idempotency_key, s.request_digest, s.job_id, b.namespace AS batch_namespace,
+       b.name AS batch_name
+  FROM unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
+  JOIN document_submissions s ON s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key
+  JOIN extraction_jobs j ON j.id = s.job_id
+  JOIN batches b ON b.id = j.batch_id;
+
+-- name: submission_delete_many
+-- Release keys claimed earlier in the caller's transaction whose documents were refused.
+DELETE FROM document_submissions s
+ USING unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
+ WHERE s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key;
+
+-- name: submission_keys_taken
+-- Which of document keys $2 rolling batch $1 holds already (keys are unique per batch).
+SELECT document_key FROM extraction_jobs WHERE batch_id = $1 AND document_key = ANY($2::text[]);
+
+-- name: submission_jobs_append
+-- Documents appended to rolling batch $1, which the caller holds locked: the batch counts them
+-- (ordinals follow its count before), one READY job each (ids $2, document keys $3, request
+-- hashes $4, content SHA-256 $5) and its document row (text $6 or URI $7, $8 bytes); tenant $9,
+-- pool $10, schema $11, validation policy $12, priority $13, max attempts $14, deadline $15
+-- seconds from now. One statement for the whole group.
+WITH given AS (
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
+           WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
+), counted AS (
+    UPDATE batches SET total_jobs = total_jobs + cardinality($2::bigint[]) WHERE id = $1
+    RETURNING total_jobs - cardinality($2::bigint[]) AS base, clock_timestamp() AS now
+), job AS (
+    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
+                                 schema, validation_policy, priority, max_attempts, deadline_at)
+    SELECT g.id, $9, $1, c.base + g.n::integer - 1, g.document_key, g.request_hash, g.content_sha256, $10, $11,
+           $12, $13, $14, c.now + make_interval(secs => $15)
+      FROM given g CROSS JOIN counted c
+     ORDER BY g.n
+    RETURNING id
+)
+INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
+SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
+  FROM given g JOIN job ON job.id = g.id;

@@ -1,0 +1,136 @@
+"""
+Group commit of single documents (`lading.intake.GroupSubmitter`): documents submitted together
+are accepted in one transaction, and each gets exactly the answer `submit_document` would give it
+alone (replay, mismatch, refusal by a rule or by PostgreSQL) while the rest of its group is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import asyncpg
+import pytest
+
+from lading import applying, intake, reasons
+from lading.settings import RollingBatchSettings
+from tests.integration.test_admission_rules import seed
+
+
+def request(key: str, **fields: Any) -> intake.DocumentRequest:
+    return intake.DocumentRequest.model_validate({"key": key, "text": f"Invoice {key}", "inferencePoolRef": "cheap",
+                                                  **fields})
+
+
+async def together(
+        submitter: intake.GroupSubmitter, items: list[tuple[str, intake.DocumentRequest]]
+) -> list[intake.Submission | BaseException]:
+    """Submit every (idempotency key, request) at once; the outcomes in order."""
+    return list(await asyncio.gather(*(
+        submitter.submit(namespace="acme", request=r, idempotency_key=k, request_digest=intake.request_digest(r))
+        for k, r in items
+    ), return_exceptions=True))  # fmt: skip
+
+
+async def count(db: asyncpg.Connection, table: str) -> int:
+    return int(await db.fetchval(f"SELECT count(*) FROM {table}"))
+
+
+async def test_one_transaction_answers_each_document_as_if_it_were_alone(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db, maxQueuedJobs=6)
+    submitter = intake.GroupSubmitter(dbpool, settings=intake.GroupSettings(flushers=1))
+    earlier = await together(submitter, [("old", request("old")), ("old-2", request("old-2"))])
+    assert all(isinstance(e, intake.Submission) for e in earlier)
+    groups_before = submitter.groups.applied_groups
+    outcomes = await together(submitter, [
+        ("a", request("a")),
+        ("no-pool", request("b", inferencePoolRef="missing")),
+        ("old", request("old")),  # a replay
+        ("old-2", request("old-2", text="Invoice changed")),  # same key, other request
+        ("c", request("c")),
+        ("dup", request("d")),
+        ("dup", request("d")),  # the same key again: a later group, answered as a repeat
+        ("e", request("e")),
+        ("over", request("f")),  # the seventh queued job: over maxQueuedJobs=6
+    ])  # fmt: skip
+    assert submitter.groups.applied_groups - groups_before == 2  # all at once, then the repeated key
+    a, no_pool, old, old_2, c, dup, dup_again, e, over = outcomes
+    assert isinstance(a, intake.Submission) and not a.replayed
+    assert isinstance(no_pool, applying.AdmissionRejected) and no_pool.reason == reasons.POOL_NOT_FOUND
+    assert isinstance(old, intake.Submission) and old.replayed and isinstance(earlier[0], intake.Submission)
+    assert old.job_id == earlier[0].job_id
+    assert isinstance(old_2, intake.IdempotencyMismatch)
+    assert isinstance(dup, intake.Submission) and isinstance(dup_again, intake.Submission)
+    assert dup_again.replayed and dup_again.job_id == dup.job_id
+    assert isinstance(over, applying.AdmissionRejected) and over.reason == reasons.QUOTA_EXCEEDED
+    assert "has 6 queued jobs" in str(over)
+    accepted = [a, c, dup, e]
+    assert all(isinstance(s, intake.Submission) and not s.replayed for s in accepted)
+    assert await count(db, "extraction_jobs") == 2 + 4
+    assert await count(db, "job_documents") == 2 + 4
+    # The refused documents' keys are free; every accepted one holds its job.
+    keys = {r["idempotency_key"]: r["job_id"] for r in await db.fetch("SELECT * FROM document_submissions")}
+    assert set(keys) == {"old", "old-2", "a", "c", "dup", "e"}
+    ordinals = await db.fetch("SELECT batch_id, array_agg(ordinal ORDER BY ordinal) AS o FROM extraction_jobs "
+                              "GROUP BY batch_id")
+    assert all(list(r["o"]) == list(range(len(r["o"]))) for r in ordinals)
+    totals = await db.fetchval("SELECT bool_and(total_jobs = (SELECT count(*) FROM extraction_jobs j "
+                               "WHERE j.batch_id = b.id)) FROM batches b")
+    assert totals is True
+
+
+async def test_a_value_postgresql_refuses_is_refused_alone_and_the_rest_accepted(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db)
+    submitter = intake.GroupSubmitter(dbpool, settings=intake.GroupSettings(flushers=1))
+    # Validation refuses a NUL; built without it, the document reaches PostgreSQL, which refuses it.
+    unstorable = intake.DocumentRequest.model_construct(key="bad", text="Invoice \x00", inference_pool_ref="cheap")
+    outcomes = await together(submitter, [("a", request("a")), ("bad", unstorable), ("b", request("b"))])
+    a, bad, b = outcomes
+    assert isinstance(a, intake.Submission) and isinstance(b, intake.Submission)
+    assert isinstance(bad, applying.InvalidDocument) and "SQLSTATE 22" in str(bad) and "\x00" not in str(bad)
+    assert await count(db, "extraction_jobs") == 2
+    assert {r["idempotency_key"] for r in await db.fetch("SELECT idempotency_key FROM document_submissions")} == {
+        "a", "b"}
+
+
+async def test_a_group_spreads_over_batches_by_room_and_by_document_key(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db)
+    submitter = intake.GroupSubmitter(
+        dbpool, settings=intake.GroupSettings(flushers=1), rolling=RollingBatchSettings(max_documents=3)
+    )
+    items = [(f"k{i}", request("same" if i < 3 else f"doc-{i}")) for i in range(8)]
+    outcomes = await together(submitter, items)
+    assert all(isinstance(o, intake.Submission) for o in outcomes), outcomes
+    rows = await db.fetch("SELECT batch_id, document_key FROM extraction_jobs")
+    assert len(rows) == 8
+    batches: dict[int, list[str]] = {}
+    for row in rows:
+        batches.setdefault(row["batch_id"], []).append(row["document_key"])
+    assert all(len(keys) <= 3 and len(set(keys)) == len(keys) for keys in batches.values()), batches
+    assert len([keys for keys in batches.values() if "same" in keys]) == 3
+    events = await db.fetchval("SELECT count(*) FROM outbox_events WHERE type = 'batch.accepted.v1'")
+    assert events == len(batches)
+
+
+@pytest.mark.parametrize("flushers", [1, 3])
+async def test_many_concurrent_callers_each_get_their_own_job_once(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, flushers: int) -> None:  # fmt: skip
+    await seed(db)
+    submitter = intake.GroupSubmitter(dbpool, settings=intake.GroupSettings(flushers=flushers, max_documents=16))
+    items = [(f"k{i % 150}", request(f"doc-{i % 150}")) for i in range(200)]  # 50 keys sent twice
+    outcomes = await together(submitter, items)
+    assert all(isinstance(o, intake.Submission) for o in outcomes), [o for o in outcomes if isinstance(o, Exception)]
+    by_key: dict[str, set[int]] = {}
+    for (key, _), outcome in zip(items, outcomes, strict=True):
+        assert isinstance(outcome, intake.Submission)
+        by_key.setdefault(key, set()).add(outcome.job_id)
+    assert all(len(ids) == 1 for ids in by_key.values())
+    assert await count(db, "extraction_jobs") == 150
+    assert sum(isinstance(o, intake.Submission) and o.replayed for o in outcomes) == 50
+    assert submitter.groups.applied_groups < 200  # grouped: fewer transactions than documents
+    digest = hashlib.sha256(b"Invoice doc-0").hexdigest()
+    assert await db.fetchval("SELECT content_sha256 FROM extraction_jobs WHERE document_key = 'doc-0'") == digest
