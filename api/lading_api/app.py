@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import math
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import aiohttp.web
@@ -52,7 +52,7 @@ import orjson
 import prometheus_client
 import pydantic
 
-from lading import access, applying, errors, failpoints, health, intake, metrics, reasons
+from lading import access, applying, errors, failpoints, grouping, health, intake, metrics, reasons
 from lading.db import api_requests, api_tokens, api_views, batches, deliveries, jobs, locks, queue, registry
 from lading.documents import manifest_lines
 from lading.ids import JobId, PoolName
@@ -68,6 +68,12 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 REPLAYED = "Idempotency-Replayed"
 IDEMPOTENCY_KEY_MAX = intake.IDEMPOTENCY_KEY_MAX
 BIGINT_MAX = 2**63 - 1
+GROUP_MAX = 256
+"""Most document POSTs whose Idempotency-Key records share one transaction."""
+GROUP_CONCURRENCY = 4
+"""Transactions of such records at once (each on its own connection of the records' pool)."""
+TOKEN_CACHE_MAX = 10_000
+"""Most token lookups kept (`ApiSettings.token_cache_s`); all are dropped when it is reached."""
 _M = TypeVar("_M", bound=pydantic.BaseModel)
 
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -109,6 +115,16 @@ class _Accepted:
     """The core found the document or batch accepted before (a retry after a lost answer)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Post:
+    """A document POST past its cheap checks, waiting for its group's Idempotency-Key transaction."""
+
+    namespace: str
+    key: str
+    digest: str
+    accept: Callable[[], Awaitable[_Accepted]]
+
+
 class Intake:
     """The handlers, bound to the database pools and the settings."""
 
@@ -131,6 +147,15 @@ class Intake:
         self.kube = kube
         """Reviews Kubernetes ServiceAccount tokens; None: only Lading's tokens are accepted."""
         self.manifest_downloads = asyncio.Semaphore(4)
+        self.submitter = intake.GroupSubmitter(db)
+        """Documents POSTed at the same time are accepted in one transaction (group commit)."""
+        self.posts: grouping.Groups[_Post, aiohttp.web.Response] = grouping.Groups(
+            self._answer_posts, identity=lambda post: (post.namespace, post.key), max_items=GROUP_MAX,
+            concurrency=GROUP_CONCURRENCY,
+        )  # fmt: skip
+        """The Idempotency-Key records of documents POSTed at the same time: one transaction per group."""
+        self._principals: dict[str, tuple[float, api_tokens.Principal]] = {}
+        """Lading tokens looked up lately, by digest, with when the lookup stops counting."""
         self._openapi = orjson.dumps(openapi)
 
     # --- Public routes.
@@ -158,15 +183,9 @@ class Intake:
         digest = intake.request_digest(document)  # the queue intake's digest too
 
         async def accept() -> _Accepted:
-            submission = await intake.submit_document(
-                self.db, namespace=namespace, idempotency_key=key, request_digest=digest,
-                document=intake.SubmittedDocument(
-                    key=document.key, text=document.text, uri=document.uri, sha256=document.sha256,
-                    bytes=document.bytes, inference_pool_ref=document.inference_pool_ref,
-                    delivery_endpoint_ref=document.delivery_endpoint_ref, priority=document.priority,
-                    deadline_seconds=document.deadline_seconds,
-                ),
-            )  # fmt: skip
+            submission = await self.submitter.submit(
+                namespace=namespace, request=document, idempotency_key=key, request_digest=digest
+            )
             location = f"/v1/jobs/{submission.job_id}"
             accepted = models.DocumentAccepted(
                 job_id=submission.job_id, status_url=location,
@@ -174,7 +193,7 @@ class Intake:
             )  # fmt: skip
             return _Accepted(location, accepted.model_dump(mode="json", by_alias=True), submission.replayed)
 
-        return await self._idempotent(namespace=namespace, key=key, digest=digest, accept=accept)
+        return await self.posts.run(_Post(namespace=namespace, key=key, digest=digest, accept=accept))
 
     async def post_batch(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         namespace = await self._namespace(request)
@@ -278,8 +297,7 @@ class Intake:
         if scheme.lower() != "bearer" or not token:
             raise _Answer(_unauthorized("give a bearer token: Authorization: Bearer lading_..."))
         if access.well_formed(token):
-            async with self._connection() as conn:
-                principal = await api_tokens.authenticate(conn, token_sha256=access.digest(token))
+            principal = await self._principal(access.digest(token))
             if principal is not None:
                 return _Caller(token, principal.namespaces)
         elif self.kube is not None and len(token) <= 16384:
@@ -287,6 +305,23 @@ class Intake:
             if user is not None:
                 return _Caller(token, None, user)
         raise _Answer(_unauthorized("the bearer token is unknown, revoked or expired"))
+
+    async def _principal(self, token_sha256: str) -> api_tokens.Principal | None:
+        """The token's principal; a valid one is looked up again after `token_cache_s` at the latest,
+        so a token revoked or expired stops working within that time (an unknown one is never kept)."""
+        now = asyncio.get_running_loop().time()
+        cached = self._principals.get(token_sha256)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        async with self._connection() as conn:
+            principal = await api_tokens.authenticate(conn, token_sha256=token_sha256)
+        if principal is None:
+            self._principals.pop(token_sha256, None)
+        elif self.settings.token_cache_s > 0:
+            if len(self._principals) >= TOKEN_CACHE_MAX:
+                self._principals.clear()
+            self._principals[token_sha256] = (now + self.settings.token_cache_s, principal)
+        return principal
 
     async def _may(self, caller: _Caller, namespace: str) -> bool:
         if caller.namespaces is not None:
@@ -361,10 +396,78 @@ class Intake:
         except _Answer as answer:
             return answer.response
         await failpoints.ahit("api.after_commit_before_answer")
-        headers = {"Location": accepted.location}
-        if accepted.replayed:
-            headers[REPLAYED] = "true"
-        return _json(202, accepted.body, headers=headers)
+        return _accepted_response(accepted)
+
+    async def _answer_posts(self, posts: Sequence[_Post]) -> list[aiohttp.web.Response | Exception]:
+        """The answers of documents POSTed together: their Idempotency-Key records taken and written
+        in one transaction (`_answer_group`); each alone (`_idempotent`) when there is one, or when
+        the group's transaction failed other than for want of the database."""
+        if len(posts) > 1:
+            try:
+                return await self._answer_group(posts)
+            except asyncpg.PostgresError as exc:
+                if isinstance(exc, UNAVAILABLE):
+                    raise
+                logger.info("the records of %d POSTs failed together (%s); answering each alone", len(posts),
+                            type(exc).__name__)
+        return list(await asyncio.gather(*(self._answer_alone(post) for post in posts)))
+
+    async def _answer_alone(self, post: _Post) -> aiohttp.web.Response | Exception:
+        try:
+            return await self._idempotent(namespace=post.namespace, key=post.key, digest=post.digest,
+                                          accept=post.accept)
+        except Exception as exc:
+            return exc
+
+    async def _answer_group(self, posts: Sequence[_Post]) -> list[aiohttp.web.Response | Exception]:
+        """`_idempotent` for many POSTs (distinct keys) in one transaction of the records: every key
+        claimed in one statement, repeats answered from their records, the new ones accepted
+        concurrently (the core groups them in turn), the refused ones' keys released and the
+        accepted ones' answers written in one statement each, then one commit (lazy, as
+        `_idempotent`'s): an answer leaves only after the commit of its record and of its acceptance."""
+        answers: list[aiohttp.web.Response | Exception | None] = [None] * len(posts)
+        accepted: list[tuple[int, _Accepted]] = []
+        try:
+            async with self.guards.acquire(timeout=self.settings.unavailable_retry_after_s) as guard:
+                async with guard.transaction():
+                    await api_requests.begin_group(guard, lock_timeout_s=self.settings.in_progress_wait_s)
+                    mine = await api_requests.claim_many(guard, [(p.namespace, p.key, p.digest) for p in posts])
+                    repeats = [i for i, p in enumerate(posts) if (p.namespace, p.key) not in mine]
+                    if repeats:
+                        stored = await api_requests.get_many(guard, [(posts[i].namespace, posts[i].key)
+                                                                      for i in repeats])
+                        for i in repeats:
+                            found = stored.get((posts[i].namespace, posts[i].key))
+                            assert found is not None, "the claim found the key taken, so its row exists"
+                            answers[i] = _replay(found, digest=posts[i].digest)
+                    fresh = [i for i, p in enumerate(posts) if (p.namespace, p.key) in mine]
+                    outcomes = await asyncio.gather(
+                        *(self._accepting(posts[i].namespace, posts[i].accept) for i in fresh), return_exceptions=True
+                    )
+                    released: list[tuple[str, str]] = []
+                    for i, outcome in zip(fresh, outcomes, strict=True):
+                        if isinstance(outcome, _Accepted):
+                            accepted.append((i, outcome))
+                            continue
+                        if not isinstance(outcome, Exception):
+                            raise outcome  # cancelled: the transaction rolls back
+                        answers[i] = outcome.response if isinstance(outcome, _Answer) else outcome
+                        released.append((posts[i].namespace, posts[i].key))
+                    await api_requests.release_many(guard, released)
+                    await failpoints.ahit("api.after_accept_before_record")
+                    await api_requests.answer_many(guard, [
+                        api_requests.Answer(posts[i].namespace, posts[i].key, 202, a.location, a.body)
+                        for i, a in accepted
+                    ])  # fmt: skip
+        except UNAVAILABLE as exc:
+            if not isinstance(exc, Exception):
+                raise
+            return [exc] * len(posts)
+        await failpoints.ahit("api.after_commit_before_answer")
+        for i, a in accepted:
+            answers[i] = _accepted_response(a)
+        assert all(answer is not None for answer in answers), "every POST has an answer"
+        return [answer for answer in answers if answer is not None]
 
     async def _accepting(self, namespace: str, accept: Callable[[], Awaitable[_Accepted]]) -> _Accepted:
         """`accept()`, with the core's refusals as problem answers."""
@@ -439,6 +542,13 @@ class Intake:
             conn, pool=PoolName(found.pool), tenant=found.tenant, batch_id=found.id
         )
         return batch_status.view(found, current, delivered=delivered, failures=failures, where=where)
+
+
+def _accepted_response(accepted: _Accepted) -> aiohttp.web.Response:
+    headers = {"Location": accepted.location}
+    if accepted.replayed:
+        headers[REPLAYED] = "true"
+    return _json(202, accepted.body, headers=headers)
 
 
 def _wait(over: int, rate: float, ceiling: int) -> float:

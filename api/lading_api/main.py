@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long a POST waits for an earlier request with the same Idempotency-Key before answering 409 "
         f"(default {_DEFAULTS.in_progress_wait_s:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--token-cache", type=float, default=_DEFAULTS.token_cache_s, metavar="SECONDS",
+        help="how long a valid token's lookup is reused: a revoked or expired token stops working within this "
+        f"time (default {_DEFAULTS.token_cache_s:g}; 0 looks every token up on every request)",
+    )  # fmt: skip
     kube = parser.add_argument_group("Kubernetes ServiceAccount tokens (TokenReview + SubjectAccessReview)")
     kube.add_argument(
         "--kubernetes-auth", action="store_true",
@@ -61,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace) -> ApiSettings:
     return ApiSettings(
         max_body_bytes=args.max_body_bytes, pool_max_size=args.pool_size,
-        in_progress_wait_s=args.in_progress_wait, shutdown_grace_s=args.grace,
+        in_progress_wait_s=args.in_progress_wait, shutdown_grace_s=args.grace, token_cache_s=args.token_cache,
     )  # fmt: skip
 
 

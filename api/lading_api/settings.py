@@ -31,11 +31,16 @@ class ApiSettings:
     results_page_max: int = 1000
     shutdown_grace_s: float = 10.0
     """Seconds requests in flight get to finish on SIGTERM."""
+    token_cache_s: float = 1.0
+    """How long a valid Lading token's lookup is reused (0: every request looks it up): a token
+    revoked or expired stops working within this time."""
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
             raise ValueError(f"max body bytes must be at least 1024, got {self.max_body_bytes}")
         if self.pool_max_size < 1:
             raise ValueError(f"pool size must be at least 1, got {self.pool_max_size}")
+        if not 0 <= self.token_cache_s <= 60:
+            raise ValueError(f"token cache must be 0 to 60 seconds, got {self.token_cache_s}")
         if self.in_progress_wait_s <= 0:
             raise ValueError(f"in-progress wait must be positive, got {self.in_progress_wait_s}")

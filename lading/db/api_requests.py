@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+import orjson
 
 from lading.db import queries
 
@@ -59,3 +61,56 @@ async def answer(
 ) -> None:
     """Record the answer of the key taken by `claim` in this transaction."""
     await conn.execute(queries.sql("api_request_answer"), namespace, key, status, location, body)
+
+
+# --- A group of POSTs in one transaction (the intake's group commit).
+
+
+async def begin_group(conn: asyncpg.Connection, *, lock_timeout_s: float) -> None:
+    """`commit_lazily` and a lock timeout of `lock_timeout_s` for the current transaction, in one round trip."""
+    await conn.execute(queries.sql("api_request_begin_group"), f"{int(lock_timeout_s * 1000)}ms")
+
+
+async def claim_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str]]:
+    """`claim` for (namespace, key, request digest) triples at once (sorted here: one lock order);
+    the (namespace, key) pairs taken for this transaction. A key answered before is left out (see
+    `get_many`); one another transaction holds is waited for, up to the lock timeout."""
+    ordered = sorted(keys)
+    rows = await conn.fetch(queries.sql("api_request_claim_many"), [k[0] for k in ordered],
+                            [k[1] for k in ordered], [k[2] for k in ordered])
+    return {(row["namespace"], row["idempotency_key"]) for row in rows}
+
+
+async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Answered]:
+    rows = await conn.fetch(queries.sql("api_request_get_many"), [k[0] for k in keys], [k[1] for k in keys])
+    return {
+        (row["namespace"], row["idempotency_key"]): Answered(
+            row["request_sha256"], row["status"], row["location"], row["body"], row["created_at"]
+        )
+        for row in rows
+    }
+
+
+async def release_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> None:
+    """Drop keys this transaction claimed for requests that were refused (no record is kept)."""
+    if keys:
+        await conn.execute(queries.sql("api_request_release_many"), [k[0] for k in keys], [k[1] for k in keys])
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    namespace: str
+    key: str
+    status: int
+    location: str
+    body: dict[str, Any]
+
+
+async def answer_many(conn: asyncpg.Connection, answers: Sequence[Answer]) -> None:
+    """`answer` for keys this transaction claimed, at once."""
+    if answers:
+        await conn.execute(
+            queries.sql("api_request_answer_many"), [a.namespace for a in answers], [a.key for a in answers],
+            [a.status for a in answers], [a.location for a in answers],
+            [orjson.dumps(a.body).decode() for a in answers],
+        )  # fmt: skip

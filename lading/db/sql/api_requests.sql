@@ -44,3 +44,37 @@ SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM api_
 -- the idempotency record alone: the acceptance it records committed durably before, and is itself
 -- idempotent, so a record lost in a crash only means a retry is accepted again into the same job.
 SET LOCAL synchronous_commit = off;
+
+-- name: api_request_begin_group
+-- For the rest of the caller's transaction (the records of a group of POSTs): its commit does not
+-- wait for the WAL flush (as api_request_commit_lazily) and a lock wait longer than $1 (e.g.
+-- '200ms') fails the statement: one round trip for both.
+SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true);
+
+-- name: api_request_claim_many
+-- api_request_claim for keys ($1[i] namespace, $2[i] key) with digests $3[i] at once, in the order
+-- given (callers sort them: one lock order); returns the keys that are ours now.
+INSERT INTO api_requests (namespace, idempotency_key, request_sha256, status, location, body)
+SELECT k.namespace, k.idempotency_key, k.request_sha256, 202, '', '{}'::jsonb
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(namespace, idempotency_key, request_sha256)
+ON CONFLICT (namespace, idempotency_key) DO NOTHING
+RETURNING namespace, idempotency_key;
+
+-- name: api_request_get_many
+SELECT r.namespace, r.idempotency_key, r.request_sha256, r.status, r.location, r.body, r.created_at
+  FROM unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
+  JOIN api_requests r ON r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key;
+
+-- name: api_request_release_many
+-- Keys ($1[i], $2[i]) claimed in the caller's transaction for requests that were refused: no
+-- record is kept (as when a single request's transaction rolls back).
+DELETE FROM api_requests r
+ USING unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
+ WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key;
+
+-- name: api_request_answer_many
+-- api_request_answer for keys ($1[i], $2[i]): status $3[i], Location $4[i], body $5[i] (JSON text).
+UPDATE api_requests r SET status = k.status, location = k.location, body = k.body::jsonb
+  FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[])
+       AS k(namespace, idempotency_key, status, location, body)
+ WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -16,6 +17,7 @@ import aiohttp
 import asyncpg
 import pytest
 from lading_api import openapi
+from lading_api.settings import ApiSettings
 from lading_cli import main as cli
 
 from tests.integration.api.conftest import ApiProcess, Tenant, call, document, start_api
@@ -94,7 +96,7 @@ def get(url: str, token: str) -> int:
         return exc.code
 
 
-def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
+def test_tokens_are_printed_once_listed_without_secrets_and_stop_working_within_a_second_of_revocation(
         api_server: ApiProcess, database_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "tokens-ns",
@@ -108,6 +110,11 @@ def test_tokens_are_printed_once_listed_without_secrets_and_revoked_at_once(
     assert code == 0 and token not in out
     assert {t["name"]: t["active"] for t in json.loads(out)["tokens"]}[name] is True
     assert lading(capsys, "tokens", "revoke", name, "--database-url", database_url)[0] == 0
+    revoked = time.monotonic()
+    # A valid token's lookup is reused for ApiSettings.token_cache_s (1 s): refused within that, and for good.
+    while (status := get(url, token)) != 401 and time.monotonic() - revoked < 5:
+        time.sleep(0.05)
+    assert status == 401 and time.monotonic() - revoked < ApiSettings().token_cache_s + 1.0
     assert get(url, token) == 401
     code, _, err = lading(capsys, "tokens", "create", "--database-url", database_url, "--namespace", "Not_A_Namespace")
     assert code != 0 and "--namespace" in err
