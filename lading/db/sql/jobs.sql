@@ -131,9 +131,14 @@ WITH input AS (
                 tokens_in, tokens_out, latency_ms, result, validation, output_sha256, give_back,
                 cost, cost_currency)
 ), locked AS (
-    -- Lock the rows in id order before changing them (see job_heartbeat_many); their tenants are
-    -- read here once, for the usage and spend rows below.
-    SELECT j.id, j.tenant, j.batch_id FROM extraction_jobs j WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE
+    -- Lock the rows in id order before changing them (see job_heartbeat_many); with each attempt's
+    -- input, its job's tenant and batch, read here once for the updates and the usage and spend rows
+    -- below, so that none of them joins two of these row sets (whose sizes the planner cannot know:
+    -- a nested loop over two of them costs n² comparisons).
+    SELECT i.*, j.tenant, j.batch_id
+      FROM input i JOIN extraction_jobs j ON j.id = i.job_id
+     ORDER BY j.id
+       FOR UPDATE OF j
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = i.to_state,
@@ -152,7 +157,7 @@ WITH input AS (
            cost_currency = CASE WHEN i.cost IS NULL THEN j.cost_currency
                                 ELSE coalesce(j.cost_currency, i.cost_currency) END,
            updated_at = clock_timestamp()
-      FROM input i JOIN locked l ON l.id = i.job_id
+      FROM locked i
      WHERE j.id = i.job_id
        AND j.fence = i.fence
        AND j.worker_id = $15
@@ -182,7 +187,7 @@ WITH input AS (
     -- A stale attempt's call was paid for too: its job's sum includes it (rows held by `locked`).
     UPDATE extraction_jobs j
        SET cost = coalesce(j.cost, 0) + i.cost, cost_currency = coalesce(j.cost_currency, i.cost_currency)
-      FROM input i JOIN locked l ON l.id = i.job_id
+      FROM locked i
      WHERE j.id = i.job_id AND i.job_id NOT IN (SELECT id FROM finished)
        AND i.job_id IN (SELECT job_id FROM closed)  -- not one the reaper closed (charged there)
        AND i.cost IS NOT NULL AND (j.cost_currency IS NULL OR j.cost_currency = i.cost_currency)
@@ -192,12 +197,12 @@ WITH input AS (
     -- once: not again for an attempt the reaper closed); rows in (tenant, currency) order, like
     -- tenant_usage below.
     INSERT INTO tenant_spend AS s (tenant, currency, day, amount)
-    SELECT l.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
-      FROM input i JOIN locked l ON l.id = i.job_id
+    SELECT i.tenant, i.cost_currency, (clock_timestamp() AT TIME ZONE 'UTC')::date, sum(i.cost)
+      FROM locked i
      WHERE i.cost > 0
        AND (i.job_id IN (SELECT id FROM finished) OR i.job_id IN (SELECT job_id FROM closed))
-     GROUP BY l.tenant, i.cost_currency
-     ORDER BY l.tenant, i.cost_currency
+     GROUP BY i.tenant, i.cost_currency
+     ORDER BY i.tenant, i.cost_currency
     ON CONFLICT (tenant, currency, day) DO UPDATE SET amount = s.amount + EXCLUDED.amount
 ), batch_spent AS (
     -- The batches' running sums (migration 0027): exactly what was added to their jobs above, in
@@ -214,12 +219,12 @@ WITH input AS (
     -- Tokens spent count against the tenant's daily budget whether or not the attempt was stale.
     -- Tenants in name order: two finishing statements lock their usage rows in the same order.
     INSERT INTO tenant_usage AS u (tenant, day, tokens)
-    SELECT l.tenant, (clock_timestamp() AT TIME ZONE 'UTC')::date,
+    SELECT i.tenant, (clock_timestamp() AT TIME ZONE 'UTC')::date,
            sum(coalesce(i.tokens_in, 0)::bigint + coalesce(i.tokens_out, 0))
-      FROM input i JOIN locked l ON l.id = i.job_id
+      FROM locked i
      WHERE coalesce(i.tokens_in, 0) + coalesce(i.tokens_out, 0) > 0
-     GROUP BY l.tenant
-     ORDER BY l.tenant
+     GROUP BY i.tenant
+     ORDER BY i.tenant
     ON CONFLICT (tenant, day) DO UPDATE SET tokens = u.tokens + EXCLUDED.tokens
 )
 SELECT id FROM finished;
@@ -290,33 +295,35 @@ WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[], $5::jsonb[])
            AS t(job_id, fence, source, result, validation)
 ), locked AS (
-    -- Lock the rows in id order before changing them (see job_heartbeat_many); each job's
-    -- pool's currency (NULL: unpriced) is read here once.
-    SELECT j.id, p.spec -> 'pricing' ->> 'currency' AS currency
-      FROM extraction_jobs j LEFT JOIN pools p ON p.name = j.pool
-     WHERE j.id = ANY($1::bigint[]) ORDER BY j.id FOR UPDATE OF j
+    -- Lock the rows in id order before changing them (see job_heartbeat_many); with each attempt's
+    -- input, its job's pool's currency (NULL: unpriced), read here once (see job_finish_many on why
+    -- nothing below joins two of these row sets).
+    SELECT i.*, p.spec -> 'pricing' ->> 'currency' AS currency
+      FROM input i JOIN extraction_jobs j ON j.id = i.job_id LEFT JOIN pools p ON p.name = j.pool
+     ORDER BY j.id
+       FOR UPDATE OF j
 ), finished AS (
     UPDATE extraction_jobs j
        SET state = 'SUCCEEDED', reused_from = i.source, lease_until = NULL, worker_id = NULL,
            finished_at = clock_timestamp(), last_error_class = NULL, last_error = NULL,
-           cost = CASE WHEN l.currency IS NOT NULL AND coalesce(j.cost_currency, l.currency) = l.currency
+           cost = CASE WHEN i.currency IS NOT NULL AND coalesce(j.cost_currency, i.currency) = i.currency
                        THEN coalesce(j.cost, 0) ELSE j.cost END,
-           cost_currency = coalesce(j.cost_currency, l.currency),
+           cost_currency = coalesce(j.cost_currency, i.currency),
            updated_at = clock_timestamp()
-      FROM input i JOIN locked l ON l.id = i.job_id
+      FROM locked i
      WHERE j.id = i.job_id
        AND j.fence = i.fence
        AND j.worker_id = $6
        AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.fence, j.schema, j.validation_policy, i.result, i.validation, j.batch_id,
-              CASE WHEN j.cost_currency = l.currency THEN l.currency END AS currency
+              CASE WHEN j.cost_currency = i.currency THEN i.currency END AS currency
 ), closed AS (
     UPDATE job_attempts a
        SET finished_at = clock_timestamp(),
            outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN 'reused' ELSE 'stale' END,
            tokens_in = 0, tokens_out = 0, latency_ms = 0,
-           cost = CASE WHEN l.currency IS NOT NULL THEN 0 END, cost_currency = l.currency
-      FROM input i JOIN locked l ON l.id = i.job_id
+           cost = CASE WHEN i.currency IS NOT NULL THEN 0 END, cost_currency = i.currency
+      FROM locked i
      WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
 ), batch_spent AS (
     -- The batch's running sum (migration 0027) gains a row at 0, so the batch shows its currency.
