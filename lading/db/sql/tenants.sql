@@ -33,9 +33,8 @@ UPDATE tenants t SET namespaces = '{}', updated_at = clock_timestamp()
 RETURNING before.namespaces;
 
 -- name: tenant_queued_jobs
--- Jobs a tenant has waiting or running: what maxQueuedJobs bounds.
-SELECT count(*)::bigint FROM extraction_jobs
- WHERE tenant = $1 AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+-- Jobs a tenant has waiting or running: what maxQueuedJobs bounds (the counters of migration 0025).
+SELECT coalesce(sum(jobs), 0)::bigint FROM tenant_queued WHERE tenant = $1;
 
 -- name: tenant_max_queued_jobs
 SELECT max_queued_jobs FROM tenants WHERE name = $1;
@@ -50,10 +49,9 @@ SELECT name, max_queued_jobs, (spec ->> 'maxQueuedBytes')::bigint AS max_queued_
  WHERE name = $1;
 
 -- name: tenant_queued_bytes
--- Document bytes of a tenant's jobs waiting or running: what maxQueuedBytes bounds.
-SELECT coalesce(sum(d.bytes), 0)::bigint
-  FROM extraction_jobs j JOIN job_documents d ON d.job_id = j.id
- WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+-- Document bytes of a tenant's jobs waiting or running: what maxQueuedBytes bounds (the counters
+-- of migration 0025).
+SELECT coalesce(sum(bytes), 0)::bigint FROM tenant_queued WHERE tenant = $1;
 
 -- name: tenant_usage_now
 -- What a tenant's quota bounds, now: jobs waiting or running, their document bytes, model calls in flight.

@@ -1,0 +1,131 @@
+"""
+The per-tenant queue counters (`tenant_queued`, migration 0025) equal the real count of jobs
+READY, RUNNING or RETRY_SCHEDULED and their documents' bytes after a mixed workload: batch
+acceptance (COPY), single documents (one by one and in groups), claims, commits, retries, the
+reaper, cancellation, review, deletion and document changes, sequential and concurrent, across
+tenants. Admission reads the counters (maxQueuedJobs, maxQueuedBytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import asyncpg
+import pytest
+
+from lading import applying, intake, reasons
+from lading.db import jobs, registry
+from lading.ids import PoolName, TenantName, WorkerId
+from tests.integration.test_admission_rules import batch, seed
+
+QUEUED = ("READY", "RUNNING", "RETRY_SCHEDULED")
+STATES = ("READY", "RUNNING", "RETRY_SCHEDULED", "REVIEW_REQUIRED", "SUCCEEDED", "FAILED_TERMINAL", "CANCELLED")
+
+
+async def real(db: asyncpg.Connection) -> dict[str, tuple[int, int]]:
+    rows = await db.fetch(
+        "SELECT j.tenant, count(*) AS jobs, coalesce(sum(d.bytes), 0) AS bytes FROM extraction_jobs j "
+        "LEFT JOIN job_documents d ON d.job_id = j.id WHERE j.state = ANY($1) GROUP BY j.tenant", list(QUEUED)
+    )
+    return {r["tenant"]: (r["jobs"], r["bytes"]) for r in rows}
+
+
+async def counted(db: asyncpg.Connection) -> dict[str, tuple[int, int]]:
+    rows = await db.fetch("SELECT tenant, sum(jobs)::bigint AS jobs, sum(bytes)::bigint AS bytes FROM tenant_queued "
+                          "GROUP BY tenant HAVING sum(jobs) <> 0 OR sum(bytes) <> 0")
+    return {r["tenant"]: (r["jobs"], r["bytes"]) for r in rows}
+
+
+async def move(conn: asyncpg.Connection, ids: list[int], state: str) -> None:
+    """Jobs `ids` to `state` in one statement, with the columns each state requires."""
+    await conn.execute(
+        "UPDATE extraction_jobs SET state = $2, "
+        "lease_until = CASE WHEN $2 = 'RUNNING' THEN now() + interval '1 minute' END, "
+        "worker_id = CASE WHEN $2 = 'RUNNING' THEN 'w' END, "
+        "finished_at = CASE WHEN $2 IN ('SUCCEEDED', 'FAILED_TERMINAL', 'CANCELLED') THEN now() END "
+        "WHERE id = ANY($1)", ids, state,
+    )  # fmt: skip
+
+
+async def test_the_counters_equal_the_real_count_after_a_mixed_workload(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db)
+    await registry.upsert_tenant(db, name=TenantName("globex"), namespaces=["globex"], weight=1, max_queued_jobs=None,
+                                 max_in_flight=None, spec={})
+
+    async def check() -> None:
+        assert await counted(db) == await real(db)
+
+    await applying.admit_batch(db, batch("march", texts=tuple(f"Invoice {i}" * (i + 1) for i in range(5))))
+    await applying.admit_batch(db, batch("april", namespace="globex", texts=("a", "bb", "ccc")))
+    await check()
+    submitter = intake.GroupSubmitter(dbpool)
+    docs = [intake.DocumentRequest.model_validate({"key": f"d{i}", "text": "x" * (i + 1), "inferencePoolRef": "cheap"})
+            for i in range(20)]
+    await asyncio.gather(*(submitter.submit(namespace="acme", request=d, idempotency_key=d.key,
+                                            request_digest=intake.request_digest(d)) for d in docs))
+    await check()
+    claimed = await jobs.claim_batch(db, pool=PoolName("acme/cheap"), worker_id=WorkerId("w-1"), limit=6,
+                                     lease_ttl_s=60)
+    assert len(claimed) == 6
+    await check()
+    await move(db, [j.id for j in claimed[:2]], "SUCCEEDED")
+    await move(db, [claimed[2].id], "REVIEW_REQUIRED")
+    await move(db, [claimed[3].id], "RETRY_SCHEDULED")
+    await check()
+    april = await db.fetchval("SELECT id FROM batches WHERE name = 'april'")
+    await jobs.cancel_batch(db, batch_id=april, reason="test")
+    await check()
+    assert await jobs.review_decide(db, job_id=claimed[2].id, approve=True, note="ok")
+    await check()
+
+    ids: list[int] = [r["id"] for r in await db.fetch("SELECT id FROM extraction_jobs")]
+    rng = random.Random(15)
+
+    async def worker(n: int) -> None:
+        """Moves jobs of both tenants, in two statements per transaction; each session its own jobs
+        (no deadlock between the workload's own row locks), every session the same tenants."""
+        mine = ids[n::4]
+        async with dbpool.acquire() as conn:
+            await conn.execute("SELECT setseed($1)", n / 10)  # when the counters' rows are folded
+            for _ in range(25):
+                chosen = rng.sample(mine, k=min(len(mine), rng.randint(1, 6)))
+                async with conn.transaction():
+                    await move(conn, chosen[: len(chosen) // 2 + 1], rng.choice(STATES))
+                    await move(conn, chosen[len(chosen) // 2 + 1:], rng.choice(STATES))
+
+    # Concurrent sessions, and enough statements that the counters' rows get folded many times.
+    await asyncio.gather(*(worker(n) for n in range(4)))
+    assert await db.fetchval("SELECT count(*) FROM tenant_queued") < 100  # 200 statements' rows, folded
+    await check()
+    # Document bytes that change, documents and jobs deleted in any order, one statement for both.
+    queued = await db.fetch("SELECT id FROM extraction_jobs WHERE state = ANY($1) ORDER BY id", list(QUEUED))
+    assert len(queued) >= 4
+    await db.execute("UPDATE job_documents SET bytes = bytes + 100 WHERE job_id = $1", queued[0]["id"])
+    await check()
+    await db.execute("DELETE FROM job_documents WHERE job_id = $1", queued[1]["id"])
+    await check()
+    await db.execute("DELETE FROM extraction_jobs WHERE id = $1", queued[2]["id"])
+    await check()
+    await db.execute("DELETE FROM extraction_jobs WHERE id = ANY($1)", [r["id"] for r in queued[3:]])
+    await check()
+    await db.execute("DELETE FROM job_documents")
+    await db.execute("DELETE FROM extraction_jobs")
+    await check()
+    assert await counted(db) == {}
+
+
+@pytest.mark.parametrize("quota", [{"maxQueuedJobs": 3}, {"maxQueuedBytes": 30}])
+async def test_admission_reads_the_counters(db: asyncpg.Connection, quota: dict[str, int]) -> None:
+    await seed(db, **quota)
+    request = intake.DocumentRequest.model_validate({"key": "k", "text": "x" * 10, "inferencePoolRef": "cheap"})
+    for i in range(3):
+        await intake.submit_validated(db, namespace="acme", request=request, idempotency_key=f"k{i}",
+                                      request_digest=f"d{i}")
+    with pytest.raises(applying.AdmissionRejected) as refused:
+        await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k3", request_digest="d3")
+    assert refused.value.reason == reasons.QUOTA_EXCEEDED
+    # The counters are what admission reads: a job that leaves the queue makes room at once.
+    await move(db, [await db.fetchval("SELECT min(id) FROM extraction_jobs")], "CANCELLED")
+    await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k3", request_digest="d3")
