@@ -111,6 +111,12 @@ class Measured:
     def jobs_per_s(self) -> float:
         return round(self.jobs / self.seconds, 1) if self.seconds > 0 else 0.0
 
+    @property
+    def total_cpu_s(self) -> float | None:
+        """The worker's CPU plus its store's (PostgreSQL, or RabbitMQ for Celery); None if either is unknown."""
+        store = self.postgres_cpu_s if self.postgres_cpu_s is not None else self.broker_cpu_s
+        return None if self.worker_cpu_s is None or store is None else self.worker_cpu_s + store
+
     def to_json(self) -> dict[str, Any]:
         return {
             "label": self.label,
@@ -120,6 +126,7 @@ class Measured:
             "worker_cpu_ms_per_job": _per_job_ms(self.worker_cpu_s, self.jobs),
             "postgres_cpu_ms_per_job": _per_job_ms(self.postgres_cpu_s, self.jobs),
             "broker_cpu_ms_per_job": _per_job_ms(self.broker_cpu_s, self.jobs),
+            "cpu_ms_per_job_total": _per_job_ms(self.total_cpu_s, self.jobs),
             **dict(self.details),
         }
 

@@ -54,6 +54,15 @@ def test_ratios_against_the_references_and_the_targets(compare: types.ModuleType
     assert targets["lading_vs_celery_prefetch_4_min"] == 2.0
     assert results["systems"][compare.LADING_SUCCEEDED]["worker_cpu_ms_per_job"] == 0.2
     assert results["systems"][compare.LADING_SUCCEEDED]["postgres_cpu_ms_per_job"] is None
+    assert results["systems"][compare.LADING_SUCCEEDED]["cpu_ms_per_job_total"] is None  # PostgreSQL's unknown
+
+
+def test_cpu_per_job_adds_the_worker_and_its_store(compare: types.ModuleType) -> None:
+    lading = compare.Measured("Lading", jobs=1_000, seconds=1.0, worker_cpu_s=0.3, postgres_cpu_s=0.2)
+    celery = compare.Measured("Celery", jobs=1_000, seconds=1.0, worker_cpu_s=0.4, broker_cpu_s=0.1)
+    assert lading.to_json()["cpu_ms_per_job_total"] == 0.5
+    assert celery.to_json()["cpu_ms_per_job_total"] == 0.5
+    assert celery.to_json()["postgres_cpu_ms_per_job"] is None
 
 
 def test_a_ratio_below_its_target_fails_the_scenario(compare: types.ModuleType) -> None:
