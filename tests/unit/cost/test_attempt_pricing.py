@@ -32,7 +32,9 @@ PRICING = costing.Pricing(
 def test_a_price_is_exact_to_the_last_digit_where_a_float_is_not() -> None:
     assert PRICING.cost(tokens_in=1234, tokens_out=567) == decimal.Decimal("0.0005253")
     assert PRICING.cost(tokens_in=0, tokens_out=0) == 0
-    ten = [PRICING.cost(tokens_in=1, tokens_out=0)] * 10  # 0.00000015 each
+    one = PRICING.cost(tokens_in=1, tokens_out=0)
+    assert one is not None
+    ten = [one] * 10  # 0.00000015 each
     assert sum(ten, decimal.Decimal(0)) == decimal.Decimal("0.0000015")
     assert sum(float(c) for c in ten) != 0.0000015
     huge = costing.Pricing("USD", decimal.Decimal("999999999999.999999999"), decimal.Decimal(0))
@@ -115,6 +117,12 @@ class _Limiter:
     """Grants every permit; what the executor releases is recorded."""
 
     settings: limiting.LimiterSettings = dataclasses.field(default_factory=limiting.LimiterSettings)
+
+    async def estimate(self, reservation: limiting.Reservation, *, schema: str) -> limiting.Reservation:
+        return reservation
+
+    def learn(self, reservation: limiting.Reservation, *, schema: str, tokens_in: int | None) -> None:
+        return None
 
     async def acquire(self, *, job_id: int, fence: int, tokens: int) -> limiting.Permit:
         return limiting.Permit(id=1, tokens_reserved=tokens)
@@ -200,3 +208,38 @@ def test_the_webhook_payload_carries_usage_and_cost_only_when_known() -> None:
         cost=payload.Cost(amount="0.000228", currency="USD"),
     ).to_json()
     assert b'"usage":{"tokens_in":1200,"tokens_out":80},"cost":{"amount":"0.000228","currency":"USD"}' in full
+
+
+async def test_a_gpu_hour_priced_attempt_finishes_with_its_cost_pending_in_the_pools_currency() -> None:
+    answer = base.Outcome.ok({}, tokens_in=1000, tokens_out=100)
+    by_gpu = costing.Pricing(currency="EUR", input_per_million=None, output_per_million=None,
+                             gpu_hour_price=decimal.Decimal("2.50"))  # fmt: skip
+    executor = executing.Executor(provider=providers.ScriptedProvider(providers.always(answer)),
+                                  settings=AttemptSettings(timeout_s=5), pricing=by_gpu)  # fmt: skip
+    finish = await executor.run(_job(), claimed_mono=0.0)
+    assert (finish.usage.cost, finish.usage.currency) == (None, "EUR")  # priced when its interval closes
+    assert (finish.usage.tokens_in, finish.usage.tokens_out) == (1000, 100)
+
+
+async def test_a_priced_attempt_notes_its_reservation_before_the_request_is_sent() -> None:
+    sent: list[str] = []
+    noted: list[tuple[int, int, int, int]] = []
+
+    class _Records:
+        max_output_tokens = 1000
+
+        async def extract(self, document: base.Document, *, schema: str, policy: str) -> base.Outcome:
+            sent.append(document.key)
+            assert noted, "the request left before its reservation was noted"
+            return base.Outcome.ok({}, tokens_in=10, tokens_out=1)
+
+    async def note(job_id: JobId, fence: Fence, prompt: int, output: int) -> bool:
+        noted.append((job_id, fence, prompt, output))
+        return True
+
+    executor = executing.Executor(provider=_Records(), settings=AttemptSettings(timeout_s=5), pricing=PRICING,
+                                  note_reservation=note)  # fmt: skip
+    job = _job()
+    await executor.run(job, claimed_mono=0.0)
+    reserved = limiting.estimate_tokens(job.text or "", max_output_tokens=1000)
+    assert noted == [(job.id, job.fence, reserved - 1000, 1000)] and len(sent) == 1
