@@ -109,7 +109,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
             process = await _start_operator(kubeconfig, url, log)
             try:
                 await _until_ready(emulator, process, log)
-                async with kube.Client(kube.connection_info(str(kubeconfig))) as api:
+                async with kube.Client(await kube.load(str(kubeconfig))) as api:
                     await api.create(
                         kube.path(GROUP_VERSION, "tenantquotas", namespace=None),
                         {"apiVersion": GROUP_VERSION, "kind": "TenantQuota", "metadata": {"name": "bench-tenant"},

@@ -109,8 +109,9 @@ def build_registry(rt: runtime.Runtime) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return rt.connection
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        # The credentials the operator's own client uses, renewed where they expired (kube.py).
+        return await rt.cluster.connection_info()
 
     @kopf.on.startup(registry=registry)
     async def sweep_mirrors(**_: Any) -> None:
@@ -129,13 +130,13 @@ def build_registry(rt: runtime.Runtime) -> kopf.OperatorRegistry:
 @contextlib.asynccontextmanager
 async def started(config: settings.OperatorSettings) -> AsyncIterator[runtime.Runtime]:
     """The runtime: a checked database pool and an API client, closed on exit."""
-    connection = kube.connection_info(config.kubeconfig)
+    cluster = await kube.load(config.kubeconfig)
     db = await dbpool.create_pool(config.database_url, min_size=1, max_size=config.db_pool_max)
     try:
         async with db.acquire() as conn:
             has_deliveries = await catalog.has_table(conn, name="deliveries")
-        async with kube.Client(connection) as api:
-            yield runtime.Runtime(settings=config, db=db, api=api, connection=connection, has_deliveries=has_deliveries)
+        async with kube.Client(cluster) as api:
+            yield runtime.Runtime(settings=config, db=db, api=api, cluster=cluster, has_deliveries=has_deliveries)
     finally:
         await db.close()
 

@@ -1,26 +1,30 @@
 """
-Drift of an owned object: the JSON merge patch (RFC 7386) that brings the live object back to its
-rendering (`rendering`), or None when it is in shape. `pool_steps.owned` sends it.
+Whether an owned object must be applied again: `pool_steps.owned` applies the whole rendering
+(`rendering`) with server-side apply (kube.py), and this module says when that is needed without an
+API call.
 
-What counts as ours:
-
-- A mapping in the rendering is compared key by key: keys we do not render (server defaults such as
-  `clusterIP`, `status`, `resourceVersion`, labels others add) are left alone.
-- A list is ours as a whole (containers, env, args, ports, volumes, tolerations): a different live list
-  is replaced. Items are compared as "rendered keys only" too, so server-defaulted fields inside a
-  container or a port (terminationMessagePath, protocol ...) are not drift.
-- Pod scheduling fields we render only when the pool asks for them (`OPTIONAL_POD_FIELDS`, e.g.
-  `nodeSelector`) are ours even when absent: a live one the rendering no longer has is removed (null),
-  so removing `nodeSelector` from a pool's spec removes it from the Deployment. A `nodeSelector` is
-  ours as a whole: a key the rendering dropped goes too.
-- Resource quantities (`requests`, `limits`, `sizeLimit`) compare by value (`quantities`): the API
-  server stores `1024Mi` as `1Gi`, which is the same amount, not drift.
-- `spec.replicas` of a Deployment is the scaler's: compared only with `replicas_owned`.
+- `applied_hash`: the sha256 of the rendered object, stamped on it as the annotation
+  `lading.dev/applied-sha256`. A live object carrying the hash of the current rendering was last
+  applied from it; one without it, or with another, gets the new rendering. Server-side apply then
+  removes what the previous rendering set and this one does not (a removed `nodeSelector`, a
+  toleration, an env var): the field manager `lading-operator` owned them, and no one else does.
+- `differs`: the live object no longer has what we render (an edit by hand or by another tool):
+  applied again, and the pool posts DriftCorrected when the apply changed the object.
+  - A mapping in the rendering is compared key by key: keys we do not render (server defaults such
+    as `clusterIP`, `status`, `resourceVersion`, labels others add) are not drift.
+  - A list is compared item by item, each item as "rendered keys only" too, so server-defaulted
+    fields inside a container or a port (terminationMessagePath, protocol ...) are not drift.
+  - Resource quantities (`requests`, `limits`, `sizeLimit`) compare by value (`quantities`): an API
+    server stores `1024Mi` of a Deployment as `1Gi`, the same amount, which is not drift.
+  - Fields others added that we never render (a `nodeSelector` key set with kubectl) are theirs:
+    server-side apply leaves fields it does not own, so this does not call them drift either.
+- `spec.replicas` of a Deployment is the scaler's (or KEDA's): never part of the rendering compared here.
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,50 +32,39 @@ from lading_operator import quantities
 
 Path = tuple[str, ...]
 
-POD_SPEC: Path = ("spec", "template", "spec")
-OPTIONAL_POD_FIELDS = (
-    "nodeSelector", "tolerations", "affinity", "runtimeClassName", "priorityClassName", "imagePullSecrets",
-)  # fmt: skip
-"""Pod spec fields the rendering sets only when configured: removed from the live object when it stops."""
-WHOLE_MAPPINGS = frozenset({(*POD_SPEC, "nodeSelector")})
-"""Mappings that are ours key by key and as a whole: live keys we do not render are removed."""
+APPLIED_HASH_ANNOTATION = "lading.dev/applied-sha256"
 QUANTITY_PARENTS = frozenset({"requests", "limits"})
 QUANTITY_KEYS = frozenset({"sizeLimit"})
 
 
-def patch(
-        desired: Mapping[str, Any],
-        live: Mapping[str, Any],
-        *,
-        replicas_owned: bool = False,
-) -> dict[str, Any] | None:
-    """The merge patch that makes `live` match `desired` in the fields we own; None if in shape."""
-    want = copy.deepcopy(dict(desired))
-    if not replicas_owned:
-        spec = want.get("spec")
-        if isinstance(spec, dict):
-            spec.pop("replicas", None)
-    return _diff(want, live, ()) or None
+def applied_hash(rendered: Mapping[str, Any]) -> str:
+    """sha256 of the rendering (canonical JSON, without the hash annotation itself)."""
+    meta = dict(rendered.get("metadata") or {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != APPLIED_HASH_ANNOTATION}
+    body = {**rendered, "metadata": {**meta, "annotations": annotations}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _diff(desired: Mapping[str, Any], live: Any, path: Path) -> dict[str, Any]:
-    if not isinstance(live, Mapping):
-        return dict(desired)
-    result: dict[str, Any] = {}
-    for key, want in desired.items():
-        have = live.get(key)
-        here = (*path, key)
-        if isinstance(want, Mapping) and want:
-            sub = _diff(want, have, here) if isinstance(have, Mapping) else dict(want)
-            if here in WHOLE_MAPPINGS and isinstance(have, Mapping):
-                sub.update({extra: None for extra in have if extra not in want})
-            if sub:
-                result[key] = sub
-        elif not _covers(want, have, here) or (key not in live and want is not None):
-            result[key] = want
-    if path == POD_SPEC:
-        result.update({key: None for key in OPTIONAL_POD_FIELDS if key not in desired and live.get(key) is not None})
-    return result
+def stamped(rendered: Mapping[str, Any]) -> dict[str, Any]:
+    """The rendering with its `applied_hash` annotation: what is applied."""
+    meta = dict(rendered.get("metadata") or {})
+    annotations = {**(meta.get("annotations") or {}), APPLIED_HASH_ANNOTATION: applied_hash(rendered)}
+    return {**rendered, "metadata": {**meta, "annotations": annotations}}
+
+
+def up_to_date(rendered: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """The live object was applied from this rendering and nobody changed what we render since."""
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(APPLIED_HASH_ANNOTATION) == applied_hash(rendered) and not differs(rendered, live)
+
+
+def differs(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether `live` lacks or changed a field of `desired` (rendered keys only; `replicas` ignored)."""
+    want = dict(desired)
+    spec = want.get("spec")
+    if isinstance(spec, Mapping) and "replicas" in spec:
+        want["spec"] = {k: v for k, v in spec.items() if k != "replicas"}
+    return not _covers(want, live, ())
 
 
 def _covers(desired: Any, live: Any, path: Path) -> bool:

@@ -20,8 +20,9 @@ and a name past 253 characters is shortened with a hash of the endpoint.
 
 When it is written:
 - the endpoint's reconcile (create, spec change, and its timer every `quota_interval_s`) reads the
-  source Secret and brings every mirror to it: created when missing, merge-patched when its value
-  (or the digest annotation) differs, so a rotation (a second line, then the old one removed)
+  source Secret and brings every mirror to it with server-side apply (field manager
+  `lading-operator`, kube.py): created when missing, applied again when its value (or the digest
+  annotation) differs, so a rotation (a second line, then the old one removed)
   reaches the workers within one interval, and the kubelet then updates the projected file (the
   dispatcher re-reads it by modification time). Unchanged mirrors cost one GET each per interval;
 - a pool's reconcile creates the mirrors its namespace still lacks before rendering its workers,
@@ -42,7 +43,7 @@ list (`sweep_outside_pool_namespaces`). A tenant's namespace thus holds only its
 A Secret of that name that is not a mirror (no `managed-by: lading` label, or another endpoint's
 annotation) is never overwritten or deleted; the endpoint is then not projected there, and a warning
 says why. Values are held in memory only for the copy: never logged, never in status, events,
-exceptions (errors of Secret writes carry the method and the Secret's name, not the API's answer)
+exceptions (errors of calls on Secrets carry the method and the Secret's name, not the API's answer)
 or a repr.
 """
 
@@ -168,38 +169,28 @@ async def _call(what: str, namespace: str, name: str, call: Any) -> Any:
 
 
 async def ensure(rt: runtime.Runtime, source: Source, namespace: str) -> bool:
-    """Bring the mirror of `source` in `namespace` to it; False when a foreign Secret holds the name."""
+    """Bring the mirror of `source` in `namespace` to it (server-side apply, created when missing);
+    False when a foreign Secret holds the name."""
     body = mirror_body(source, namespace)
     name = body["metadata"]["name"]
     live = await _call("GET", namespace, name, rt.api.get(_path(namespace, name)))
-    if live is None:
-        try:
-            await rt.api.create(_path(namespace), body)
-        except kube.KubeError as exc:
-            if exc.status != 409:  # 409: a concurrent reconcile created it; compare with it below
-                raise kube.KubeError(status=exc.status, message=f"POST Secret {namespace}/{name}") from None
-            live = await _call("GET", namespace, name, rt.api.get(_path(namespace, name)))
-        else:
-            logger.info("mirrored the signing secret of DeliveryEndpoint %s into %s/%s", source.endpoint,
-                        namespace, name)  # fmt: skip
-    if live is not None:
-        if not _ours(live, source.endpoint):
-            logger.warning("Secret %s/%s exists and is not the mirror of DeliveryEndpoint %s: left alone, "
-                           "the endpoint is not projected there", namespace, name, source.endpoint)  # fmt: skip
-            rt.mirrored.pop((namespace, source.endpoint), None)
-            return False
-        meta = live.get("metadata") or {}
-        current = (
-            (live.get("data") or {}).get(KEY) == source.data
-            and (meta.get("annotations") or {}).get(ANNOTATION_DIGEST) == source.digest
-            and (meta.get("labels") or {}).get(LABEL_ENDPOINT) == body["metadata"]["labels"][LABEL_ENDPOINT]
-        )
-        if not current:
-            patch = {"metadata": {"labels": body["metadata"]["labels"], "annotations": body["metadata"]["annotations"]},
-                     "data": {KEY: source.data}}  # fmt: skip
-            await _call("PATCH", namespace, name, rt.api.merge_patch(_path(namespace, name), patch))
-            logger.info("updated the mirror %s/%s of DeliveryEndpoint %s's signing secret", namespace, name,
-                        source.endpoint)  # fmt: skip
+    if live is not None and not _ours(live, source.endpoint):
+        logger.warning("Secret %s/%s exists and is not the mirror of DeliveryEndpoint %s: left alone, "
+                       "the endpoint is not projected there", namespace, name, source.endpoint)  # fmt: skip
+        rt.mirrored.pop((namespace, source.endpoint), None)
+        return False
+    meta = (live or {}).get("metadata") or {}
+    current = live is not None and (
+        (live.get("data") or {}).get(KEY) == source.data
+        and (meta.get("annotations") or {}).get(ANNOTATION_DIGEST) == source.digest
+        and (meta.get("labels") or {}).get(LABEL_ENDPOINT) == body["metadata"]["labels"][LABEL_ENDPOINT]
+        and live.get("type") == body["type"]
+    )
+    if not current:
+        await _call("APPLY", namespace, name, rt.api.apply(_path(namespace, name), body))
+        logger.info("%s the mirror %s/%s of DeliveryEndpoint %s's signing secret",
+                    "mirrored the signing secret into" if live is None else "updated", namespace, name,
+                    source.endpoint)  # fmt: skip
     rt.mirrored[(namespace, source.endpoint)] = source.digest
     return True
 

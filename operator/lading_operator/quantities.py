@@ -3,8 +3,8 @@ Kubernetes resource quantities (`100m`, `1Gi`, `1024Mi`, `1e3`) as exact numbers
 judged on what a quantity means, not on how it is spelt.
 
 The API server stores a quantity in its canonical form: `1024Mi` is read back as `1Gi`, `1000m` as
-`1`, `0.5` as `500m`. Compared as text, every such field would look edited on every reconcile (a patch
-and a DriftCorrected event each time, for ever). The grammar is apimachinery's `resource.Quantity`:
+`1`, `0.5` as `500m`. Compared as text, every such field would look edited on every reconcile (an
+apply and a DriftCorrected event each time, for ever). The grammar is apimachinery's `resource.Quantity`:
 
     quantity  ::= sign? digits ('.' digits?)? suffix?   |  sign? '.' digits suffix?
     suffix    ::= Ki | Mi | Gi | Ti | Pi | Ei            binary, powers of 1024

@@ -1,6 +1,6 @@
 """
-The Kubernetes objects an InferencePool owns, rendered as plain dicts, and the patch that brings a
-live object back to its rendering.
+The Kubernetes objects an InferencePool owns, rendered as plain dicts (applied whole with
+server-side apply by pool_steps/owned.py).
 
     InferencePool ns/qwen (provider vllm)
       ├── Deployment  ns/qwen-vllm       vLLM OpenAI server, `vllm serve MODEL ...`, port 8000
@@ -11,18 +11,18 @@ live object back to its rendering.
           TriggerAuthentication ns/qwen-worker   the ScaledObject's PostgreSQL connection
 
 Every function here is pure: a spec (and the operator's configuration) in, a dict out, no API calls,
-no clock, no randomness. The same pool always renders the same bytes, so `drift.patch` can compare a live
-object with its rendering and the kopf handlers only decide *when* to create or patch.
+no clock, no randomness. The same pool always renders the same bytes, so the hash of a rendering
+(`drift.applied_hash`, stamped on the applied object) says whether a live object was applied from it.
 
-Owned, and what that means for `drift.patch`:
+Owned, and what that means for the apply:
 - every object carries an ownerReference to its InferencePool (controller, blockOwnerDeletion): the
   garbage collector deletes them with the pool;
 - labels `app.kubernetes.io/{name,instance,component,managed-by}` and `lading.dev/pool`;
-- the pod template, selector, ports and every field we render are ours: a `kubectl edit` of them is
-  reverted; fields we do not render (defaults the API server adds, annotations other controllers
-  add) are left alone;
-- a Deployment's `spec.replicas` belongs to the scaler, not to the template: `drift.patch` ignores it unless
-  the caller passes `replicas_owned=True` with the scaler's decision in `desired`. With
+- the pod template, selector, ports and every field we render are ours (field manager
+  `lading-operator`): a `kubectl edit` of them is reverted, and a field we stop rendering is removed;
+  fields we do not render (defaults the API server adds, annotations other controllers add) are left
+  alone;
+- a Deployment's `spec.replicas` belongs to the scaler, not to the template (`replicas=None`). With
   `scaling: keda`, KEDA owns the worker replicas and the operator never writes them.
 
 Names are deterministic DNS-1035 labels of at most 63 characters (`<pool>-vllm`, `<pool>-worker`),
@@ -87,6 +87,7 @@ NAME_MAX = 63
 ENDPOINT_SECRETS_MAX = 256
 """Signing secrets projected into one worker pod (one per DeliveryEndpoint the pool delivers to)."""
 FIELD_MANAGER = "lading-operator"
+"""The field manager of the operator's writes: server-side apply of owned objects (kube.py)."""
 WORKER_RESERVED_VOLUMES = frozenset({"tmp", "endpoint-secrets"})
 """Volume names the worker pod renders itself; an extra volume may not take them."""
 

@@ -22,7 +22,6 @@ import logging
 from typing import Any
 
 import asyncpg
-import kopf
 
 from lading.ids import TenantName
 from lading_operator import kube, settings
@@ -79,7 +78,7 @@ class Runtime:
     settings: settings.OperatorSettings
     db: asyncpg.Pool
     api: kube.Client
-    connection: kopf.ConnectionInfo
+    cluster: kube.Cluster
     has_deliveries: bool = False
     wakeups: dict[ObjectKey, asyncio.Event] = dataclasses.field(default_factory=dict)
     tokens: dict[ObjectKey, Any] = dataclasses.field(default_factory=dict)

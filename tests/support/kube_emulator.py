@@ -15,9 +15,23 @@ stores objects as plain JSON and patches them by merging. A real API server also
 - removes an object once it is marked for deletion and its last finalizer is gone;
 - filters lists and watches by `?labelSelector=` (equality `k=v`/`k==v`, `k!=v`, existence `k`,
   absence `!k`, joined by commas), as the operator's watch of owned Deployments and Services
-  relies on: without it every Deployment of the cluster would reach the operator. (A real API
-  server also sends DELETED when a change makes an object stop matching a watch; this emulator
-  sends nothing for it.)
+  relies on: without it every Deployment of the cluster would reach the operator. As a real API
+  server does, a watch gets DELETED when a change makes an object stop matching its selector, and
+  ADDED when a change makes one start matching;
+- serves server-side apply (PATCH with `application/apply-patch+yaml`, `?fieldManager=` required,
+  `?force=true`), simplified: the applied object is merged into the stored one (created when absent,
+  201); every field path of the applied object is recorded as owned by the manager in
+  `metadata.managedFields` (operation Apply, FieldsV1 `f:` keys); a field the manager applied before
+  and no longer applies is removed unless another manager owns it, and a map it owned is removed
+  once it is empty (keys someone else added stay). Lists are atomic (a real API server merges lists
+  of containers, ports, env... by key): a list is owned and replaced as a whole. Without `force`, a
+  field another manager owns with another value is a 409 Conflict; with it, the applier takes the
+  field over. Other writes (merge and JSON patches) are not recorded as managers, but a field they
+  change is no longer owned by any applier (as the API server moves it to the updater), so the next
+  apply does not remove what a scaler or a person set there.
+- Resource quantities are stored as the client sent them (`1024Mi` stays `1024Mi`); a real API
+  server stores a built-in kind's quantities canonically (`1Gi`), so clients must compare them by
+  value, as the operator does (`lading_operator.quantities`).
 
 This subclass adds exactly that, and serves discovery for Lading's CRDs (built from the CRD
 YAML when `operator/lading_operator/crds/` has it, else from `lading.models.specs`), kopf's
@@ -208,8 +222,20 @@ class KubeEmulator(kmock.KubernetesEmulator):
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
         wanted = label_selector(request.params.get("labelSelector", ""))
         async for event in super()._serve_watch(request):
-            if wanted is None or not isinstance(event, dict) or _labels_match(wanted, event.get("object") or {}):
+            if not isinstance(event, dict):
                 yield event
+                continue
+            kind, obj, old = event.get("type"), event.get("object") or {}, event.get("old")
+            if wanted is None:
+                yield {"type": kind, "object": obj}
+                continue
+            now = _labels_match(wanted, obj)
+            before = now if kind != "MODIFIED" or not isinstance(old, dict) else _labels_match(wanted, old)
+            if kind == "MODIFIED" and before != now:
+                kind = "ADDED" if now else "DELETED"  # started or stopped matching the selector
+            elif not now:
+                continue
+            yield {"type": kind, "object": obj}
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is None or request.action not in (
@@ -218,6 +244,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return await apps.RawHandler._handle(self, request)
         if request.action == enums.action.CREATE:
             return aiohttp.web.json_response(await self._create(request), status=201)
+        if request.action == enums.action.UPDATE and _is_apply(request):
+            created = await self._apply_create(request)
+            if created is not None:
+                return aiohttp.web.json_response(created, status=201)
         if request.action == enums.action.UPDATE:
             gone = await self._update(request)
         else:
@@ -230,11 +260,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 await self._buses[request.resource].put({"type": "DELETED", "object": raw})
         return aiohttp.web.json_response(raw)
 
-    async def _create(self, request: rendering.Request) -> dict[str, Any]:
+    async def _create(self, request: rendering.Request, data: Any = None) -> dict[str, Any]:
         assert request.resource is not None
-        if not isinstance(request.data, dict):
+        data = request.data if data is None else data
+        if not isinstance(data, dict):
             raise kmock.KubernetesError(status=400, reason="BadRequest", message="the body must be a JSON object")
-        body = dict(request.data)
+        body = dict(data)
         body["metadata"] = meta = dict(body.get("metadata") or {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + secrets.token_hex(3)
@@ -272,7 +303,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             old = self.objects[key].raw
             status_only = request.subresource == "status"
             separate = self._has_status_subresource(request.resource)
-            if "json-patch" in content_type:
+            if _is_apply(request):
+                new = self._applied(request, old, separate=separate)
+            elif "json-patch" in content_type:
                 if not isinstance(request.data, list):
                     raise kmock.KubernetesError(status=400, reason="BadRequest", message="a JSON patch is a list")
                 try:
@@ -310,14 +343,69 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if new == old:
                 return None  # a no-op patch changes nothing, not even the resourceVersion
             new = self._admit(request.resource, new, old)
+            if not _is_apply(request):
+                new_meta = _disown_changed(new, old)
+                new["metadata"] = new_meta
             if _generation_relevant(new) != _generation_relevant(old):
                 new_meta["generation"] = new_meta["generation"] + 1
             new_meta["resourceVersion"] = str(next(self._versions))
             self.objects[key].create(new)
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": new, "old": old})
             if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
                 return key
             return None
+
+    async def _apply_create(self, request: rendering.Request) -> dict[str, Any] | None:
+        """Server-side apply to an absent object creates it (None: it exists, apply to it)."""
+        assert request.resource is not None
+        key = (request.resource, request.namespace, str(request.name))
+        async with self._lock:
+            if key in self.objects and not self.objects[key].deleted:
+                return None
+        applied = _apply_body(request)
+        separate = self._has_status_subresource(request.resource)
+        body = self._applied(request, {}, separate=separate)
+        body.setdefault("metadata", {})["name"] = applied["metadata"]["name"]
+        return await self._create(request, data=body)
+
+    def _applied(self, request: rendering.Request, old: dict[str, Any], *, separate: bool) -> dict[str, Any]:
+        """The object after `request`'s apply onto `old` ({} when absent), managedFields included."""
+        applied = _apply_body(request)
+        manager = request.params.get("fieldManager") or ""
+        if not manager:
+            raise kmock.KubernetesError(status=400, reason="BadRequest",
+                                        message="fieldManager is required for apply patch")  # fmt: skip
+        if request.name is not None and applied["metadata"].get("name") not in (None, str(request.name)):
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message="the name does not match the URL")
+        if separate or request.subresource:
+            applied.pop("status", None)
+        force = request.params.get("force") == "true"
+        fields = _field_paths(applied)
+        owners = _owners(old)
+        others = {m: paths for m, paths in owners.items() if m != manager}
+        if not force:
+            conflicts = sorted(
+                ".".join(path) for m, paths in others.items() for path in paths & fields
+                if _leaf(applied, path) and _get(old, path) != _get(applied, path)
+            )  # fmt: skip
+            if conflicts:
+                raise kmock.KubernetesError(status=409, reason="Conflict",
+                                            message=f"Apply failed with conflicts: {', '.join(conflicts)}")  # fmt: skip
+        kept_by_others = set().union(*others.values()) if others else set()
+        gone = owners.get(manager, set()) - fields - kept_by_others
+        new = _clone(old)
+        for path in sorted(gone, key=len, reverse=True):  # deepest first: a map goes once it is empty
+            _remove(new, path)
+        new = _merge_applied(new, applied)
+        if force:
+            others = {m: paths - fields for m, paths in others.items()}
+        owners = {**{m: p for m, p in others.items() if p}, manager: fields}
+        old_entries = {e.get("manager"): e for e in (old.get("metadata") or {}).get("managedFields") or []}
+        new["metadata"] = {**(new.get("metadata") or {}), "managedFields": [
+            _managed_entry(m, paths, api_version=str(new.get("apiVersion") or ""), previous=old_entries.get(m))
+            for m, paths in sorted(owners.items())
+        ]}  # fmt: skip
+        return dict(new)
 
     async def _delete(self, request: rendering.Request) -> Any:
         assert request.resource is not None
@@ -336,6 +424,142 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 await self._buses[request.resource].put({"type": "MODIFIED", "object": current})
                 return None
             return key
+
+
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+FieldPath = tuple[str, ...]
+_UNOWNED: frozenset[FieldPath] = frozenset({
+    ("apiVersion",), ("kind",), ("metadata",), ("metadata", "name"), ("metadata", "namespace"),
+    ("metadata", "managedFields"), ("metadata", "resourceVersion"), ("metadata", "uid"),
+    ("metadata", "creationTimestamp"), ("metadata", "generation"),
+})  # fmt: skip
+"""Paths no manager owns: the object's identity and what the API server stamps."""
+
+
+def _is_apply(request: rendering.Request) -> bool:
+    return APPLY_CONTENT_TYPE in request.headers.get("Content-Type", "")
+
+
+def _apply_body(request: rendering.Request) -> dict[str, Any]:
+    data = request.data
+    if data is None and request.text:
+        try:
+            data = yaml.safe_load(request.text)
+        except yaml.YAMLError as exc:
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message=str(exc)) from None
+    if not isinstance(data, dict):
+        raise kmock.KubernetesError(status=400, reason="BadRequest", message="an apply patch is an object")
+    body = _clone(data)
+    body["metadata"] = dict(body.get("metadata") or {})
+    return dict(body)
+
+
+def _field_paths(obj: Mapping[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
+    """Every map key at every depth of `obj` (lists are leaves), less the unowned ones."""
+    found: set[FieldPath] = set()
+    for key, value in obj.items():
+        path = (*prefix, key)
+        if path not in _UNOWNED:
+            found.add(path)
+        if isinstance(value, Mapping):
+            found |= _field_paths(value, path)
+    return found
+
+
+def _get(obj: Any, path: FieldPath) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def _leaf(obj: Any, path: FieldPath) -> bool:
+    return not isinstance(_get(obj, path), Mapping)
+
+
+def _remove(obj: dict[str, Any], path: FieldPath) -> None:
+    """Remove `path` from `obj` (in place): a leaf always, a map only once it is empty."""
+    parent = _get(obj, path[:-1]) if len(path) > 1 else obj
+    if not isinstance(parent, dict) or path[-1] not in parent:
+        return
+    if isinstance(parent[path[-1]], Mapping) and parent[path[-1]]:
+        return
+    del parent[path[-1]]
+
+
+def _merge_applied(target: Any, applied: Any) -> Any:
+    """Maps merge key by key; lists and scalars replace."""
+    if not isinstance(applied, dict) or not isinstance(target, dict):
+        return applied
+    result = dict(target)
+    for key, value in applied.items():
+        result[key] = _merge_applied(result.get(key), value)
+    return result
+
+
+def _owners(obj: Mapping[str, Any]) -> dict[str, set[FieldPath]]:
+    """The Apply managers of a stored object and the paths each owns (from its managedFields)."""
+    owners: dict[str, set[FieldPath]] = {}
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("operation") == "Apply":
+            owners[str(entry.get("manager"))] = _paths_of(entry.get("fieldsV1") or {})
+    return owners
+
+
+def _paths_of(tree: Mapping[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
+    found: set[FieldPath] = set()
+    for key, sub in tree.items():
+        if key.startswith("f:"):
+            path = (*prefix, key[2:])
+            found.add(path)
+            found |= _paths_of(sub or {}, path)
+    return found
+
+
+def _tree_of(paths: set[FieldPath]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path in sorted(paths):
+        node = tree
+        for key in path:
+            node = node.setdefault(f"f:{key}", {})
+    return tree
+
+
+def _managed_entry(
+    manager: str, paths: set[FieldPath], *, api_version: str, previous: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    tree = _tree_of(paths)
+    unchanged = previous is not None and previous.get("fieldsV1") == tree
+    return {"manager": manager, "operation": "Apply", "apiVersion": api_version,
+            "time": previous.get("time") if unchanged and previous is not None else _now(),
+            "fieldsType": "FieldsV1", "fieldsV1": tree}  # fmt: skip
+
+
+def _disown_changed(new: dict[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of `new` after a write that is not an apply: a field it changed or removed is no
+    longer owned by any Apply manager (the API server hands it to the updater)."""
+    meta = dict(new.get("metadata") or {})
+    entries = meta.get("managedFields") or []
+    if not entries:
+        return meta
+    kept = []
+    for entry in entries:
+        if entry.get("operation") != "Apply":
+            kept.append(entry)
+            continue
+        paths = _paths_of(entry.get("fieldsV1") or {})
+        still = {
+            path for path in paths
+            if _get(new, path) is not None
+            and (isinstance(_get(new, path), Mapping) or _get(new, path) == _get(old, path))
+        }  # fmt: skip
+        if still == paths:
+            kept.append(entry)
+        elif still:
+            kept.append({**entry, "fieldsV1": _tree_of(still), "time": _now()})
+    meta["managedFields"] = kept
+    return meta
 
 
 LabelRequirement = tuple[str, str, str | None]

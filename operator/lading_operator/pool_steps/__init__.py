@@ -5,8 +5,8 @@ The steps of one InferencePool reconcile, one module per concern, run in this or
     mirror    the spec into `pools` (what admission and the workers read), once per generation;
               the sweep of stale signing-secret mirrors, once per loop
     owned     the objects the pool owns (vLLM Deployment and Service, worker Deployment, KEDA
-              objects): rendered, created when missing, patched back when they drifted; and their
-              removal for a pool that is refused
+              objects): rendered and server-side applied when missing, changed or drifted; what is no
+              longer rendered pruned; and their removal for a pool that is refused
     scaling   signals from PostgreSQL and the provider's headroom through `lading_operator.scaling.
               decide`; the decision written to the Deployments' replicas
     status    the pool's status and its Ready, Degraded and Paused conditions, from what the other

@@ -1,11 +1,19 @@
 """
-The objects an InferencePool owns: rendered (`rendering`: pure functions), created when missing,
-merge-patched back with `drift.patch` when a field we render differs, and deleted when the pool no
-longer renders them (pruning).
+The objects an InferencePool owns: rendered (`rendering`: pure functions), written with server-side
+apply (kube.py: field manager `lading-operator`, forced) and deleted when the pool no longer renders
+them (pruning).
 
     provider vllm   Deployment + Service running the vLLM OpenAI server
     every pool      worker Deployment (`lading worker --pool NAMESPACE/NAME`)
     scaling: keda   ScaledObject + TriggerAuthentication; KEDA owns the worker replicas
+
+Each step reads each object (one GET) and applies the whole rendering only when needed
+(`drift.up_to_date`): the object is missing, it was applied from another rendering (the hash
+annotation `lading.dev/applied-sha256` differs: the spec or the operator changed), or someone changed
+a field we render. The API server then removes what we applied before and no longer render (a removed
+`nodeSelector`). A DriftCorrected event is posted only for an object applied from the current
+rendering that someone changed, and only when the apply changed it back (its resourceVersion
+moved). A pool at rest costs one GET per owned object per step and no write.
 
 Ownership is the controller owner reference to this pool (its uid). An object with one of our names
 that is not ours (made by hand, by another tool, or left by a deleted pool of the same name) is never
@@ -15,8 +23,10 @@ rendered (switching `provider` from vllm leaves no GPU Deployment running; switc
 leaves no ScaledObject fighting the builtin scaler). It lists the owned kinds, so it runs once per spec
 generation (and once when the loop starts), not on every tick.
 
-The replicas of the Deployments are not ours here: the worker Deployment is created with
-`minReplicas` and scaled by the scaling step (or KEDA), the engine's by the scaling step.
+The replicas of the Deployments are not in the rendering: the scaling step (or KEDA) owns them and
+writes them with merge patches. The applied worker Deployment of a builtin-scaled pool carries the
+live replica count (`minReplicas` when it is created), so the apply never changes it and never hands
+it back to the API server's default; the vLLM Deployment's and a KEDA-scaled worker's are never applied.
 """
 
 from __future__ import annotations
@@ -61,7 +71,6 @@ class Owned:
     api_version: str
     plural: str
     body: dict[str, Any]
-    replicas_owned: bool = False
 
     @property
     def path(self) -> str:
@@ -122,26 +131,36 @@ async def ensure_all(
 async def ensure(
     rt: runtime.Runtime, body: kopf.Body, owned: Owned, *, initial_replicas: int | None = None
 ) -> dict[str, Any] | None:
-    """Create the object if missing, patch it back to its rendering if it drifted; returns it live.
+    """Apply the object when it is missing or not as rendered; returns it live. `initial_replicas`:
+    the replicas of a Deployment whose count the builtin scaler writes (kept as they are live).
     Raises NotOwned for an object of that name that is not this pool's."""
     namespace, name = body.metadata.namespace, body.metadata.name
     live = await rt.api.get(owned.path)
     if live is not None and not _owned_by(live, uid=str(body.metadata.uid)):
         raise NotOwned(owned.plural, str(owned.body["metadata"]["name"]))
-    if live is None:
-        desired = dict(owned.body)
-        if initial_replicas is not None and owned.plural == "deployments":
-            desired = {**desired, "spec": {**desired["spec"], "replicas": initial_replicas}}
-        created = await rt.api.create(owned.collection, desired)
-        logger.info("pool %s/%s: created %s %s", namespace, name, owned.plural, desired["metadata"]["name"])
-        return created
-    patch = drift.patch(owned.body, live, replicas_owned=owned.replicas_owned)
-    if patch is None:
+    if live is not None and drift.up_to_date(owned.body, live):
         return live
-    logger.info("pool %s/%s: correcting drift of %s %s", namespace, name, owned.plural,
-                owned.body["metadata"]["name"])  # fmt: skip
-    events.normal(body, reason=conditions.DRIFT_CORRECTED, message=f"{owned.plural}/{owned.body['metadata']['name']}")
-    return await rt.api.merge_patch(owned.path, patch)
+    same_rendering = live is not None and drift.applied_hash(owned.body) == (
+        (live.get("metadata") or {}).get("annotations") or {}
+    ).get(drift.APPLIED_HASH_ANNOTATION)
+    desired = drift.stamped(owned.body)
+    if initial_replicas is not None and owned.plural == "deployments":
+        replicas = ((live or {}).get("spec") or {}).get("replicas", initial_replicas)
+        desired = {**desired, "spec": {**desired["spec"], "replicas": replicas}}
+    applied = await rt.api.apply(owned.path, desired)
+    what = f"{owned.plural}/{owned.body['metadata']['name']}"
+    if live is None:
+        logger.info("pool %s/%s: created %s", namespace, name, what)
+    elif not same_rendering:
+        logger.info("pool %s/%s: applied the new rendering of %s", namespace, name, what)
+    elif _version(applied) != _version(live):
+        logger.info("pool %s/%s: corrected drift of %s", namespace, name, what)
+        events.normal(body, reason=conditions.DRIFT_CORRECTED, message=what)
+    return applied
+
+
+def _version(obj: dict[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def _owned_by(live: dict[str, Any], *, uid: str) -> bool:

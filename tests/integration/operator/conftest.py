@@ -35,7 +35,7 @@ def kubeconfig(emulator: kube_emulator.KubeEmulator, tmp_path: pathlib.Path) -> 
 
 @pytest.fixture
 async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.Client]:
-    async with kube.Client(kube.connection_info(str(kubeconfig))) as client:
+    async with kube.Client(await kube.load(str(kubeconfig))) as client:
         yield client
 
 

@@ -101,6 +101,18 @@ async def test_not_adopted_objects_stale_status_fields_and_equivalent_quantities
     worker = await kube_emulator.wait_for(emulator, DEPLOYMENTS, NS, "ext-worker", lambda o: True)
     await kube_emulator.wait_for(emulator, POOLS, NS, "ext", lambda o: "workers" in o.get("status", {}))
 
+    # The API server spells quantities canonically (1Gi may read back as 1024Mi, 100m as 0.1): the same
+    # amounts, so the operator applies nothing. The pool's next reconciles (the pause below shows they ran
+    # after the respelling) leave the Deployment as it is.
+    deployment = kube.path("apps/v1", "deployments", namespace=NS, name="ext-worker")
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    resources = container["resources"]
+    assert resources["limits"]["memory"] == "1Gi" and resources["requests"]["cpu"] == "100m"
+    respelt = {**container, "resources": {"requests": {**resources["requests"], "cpu": "0.1"},
+                                          "limits": {**resources["limits"], "memory": "1024Mi"}}}  # fmt: skip
+    await api.merge_patch(deployment, {"spec": {"template": {"spec": {"containers": [respelt]}}}})
+    since = emulator.count()
+
     # The provider refused the key: workers pause the pool; status says until when. Then it is over.
     await db.execute("UPDATE pools SET paused_until = now() + interval '1 hour', paused_reason = 'HTTP 401' "
                      "WHERE name = 'lading-system/ext'")  # fmt: skip
@@ -109,18 +121,20 @@ async def test_not_adopted_objects_stale_status_fields_and_equivalent_quantities
     pool = await kube_emulator.wait_for(emulator, POOLS, NS, "ext", lambda o: "pausedUntil" not in o["status"])
     assert _condition(pool, "Paused")["status"] == "False"
 
-    # The API server spells the worker's quantities canonically (1Gi as 1024Mi here, 100m as 0.1): same
-    # amounts. A real edit made at the same time (an annotation) is corrected; the quantities are not touched.
-    container = worker["spec"]["template"]["spec"]["containers"][0]
-    resources = container["resources"]
-    assert resources["limits"]["memory"] == "1Gi" and resources["requests"]["cpu"] == "100m"
-    respelt = {**container, "resources": {"requests": {**resources["requests"], "cpu": "0.1"},
-                                          "limits": {**resources["limits"], "memory": "1024Mi"}}}  # fmt: skip
-    await api.merge_patch(kube.path("apps/v1", "deployments", namespace=NS, name="ext-worker"), {"spec": {"template": {
-        "metadata": {"annotations": {"prometheus.io/port": "1"}}, "spec": {"containers": [respelt]}}}})  # fmt: skip
+    applies = [r for r in list(emulator._requests)[since:]
+               if r.name == "ext-worker" and "apply-patch" in r.headers.get("Content-Type", "")]  # fmt: skip
+    assert applies == [], "an equivalent quantity is not drift"
+    stored = emulator.stored(DEPLOYMENTS, NS, "ext-worker")
+    assert stored is not None
+    assert stored["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1024Mi"
+
+    # A real edit (an annotation we render) is applied back; the apply sends the rendering whole.
+    edit = {"spec": {"template": {"metadata": {"annotations": {"prometheus.io/port": "1"}}}}}
+    await api.merge_patch(deployment, edit)
     fixed = await kube_emulator.wait_for(
         emulator, DEPLOYMENTS, NS, "ext-worker",
         lambda o: o["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] != "1",
     )  # fmt: skip
-    assert fixed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1024Mi"
-    assert fixed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "0.1"
+    assert fixed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    managers = [(m["manager"], m["operation"]) for m in fixed["metadata"]["managedFields"]]
+    assert ("lading-operator", "Apply") in managers

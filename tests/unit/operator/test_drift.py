@@ -43,29 +43,33 @@ def test_a_quantity_spelt_canonically_by_the_api_server_is_not_drift() -> None:
     container = live["spec"]["template"]["spec"]["containers"][0]
     container["resources"] = {"requests": {"cpu": "0.1", "memory": "1Gi"}, "limits": {"memory": "1073741824"}}
     live["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] = "65536Ki"
-    assert drift.patch(desired, live) is None
+    assert not drift.differs(desired, live)
     # A different amount is drift, and outside resources a string is compared as a string.
     container["resources"]["limits"]["memory"] = "2Gi"
-    assert drift.patch(desired, live) is not None
-    assert drift.patch({"metadata": {"labels": {"v": "1"}}}, {"metadata": {"labels": {"v": "1.0"}}}) is not None
+    assert drift.differs(desired, live)
+    assert drift.differs({"metadata": {"labels": {"v": "1"}}}, {"metadata": {"labels": {"v": "1.0"}}})
 
 
-def test_a_node_selector_removed_from_the_rendering_is_removed_from_the_live_object() -> None:
-    live = _deployment(nodeSelector={"gpu": "h100", "zone": "a"}, runtimeClassName="nvidia")
-    assert drift.patch(_deployment(), live) == {
-        "spec": {"template": {"spec": {"nodeSelector": None, "runtimeClassName": None}}}
-    }
-    # A key dropped from it goes too; a key still rendered stays as it is.
-    assert drift.patch(_deployment(nodeSelector={"gpu": "h100"}), live) == {
-        "spec": {"template": {"spec": {"nodeSelector": {"zone": None}, "runtimeClassName": None}}}
-    }
-    assert drift.patch(_deployment(nodeSelector={"gpu": "h100", "zone": "a"}, runtimeClassName="nvidia"), live) is None
+def test_a_new_rendering_is_applied_and_the_same_one_only_when_someone_changed_it() -> None:
+    rendered = _deployment(nodeSelector={"gpu": "h100"})
+    live = drift.stamped(rendered)
+    assert drift.up_to_date(rendered, live)
+    # Removing the node selector is a new rendering (server-side apply then removes it from the live object).
+    assert not drift.up_to_date(_deployment(), live)
+    assert drift.applied_hash(_deployment()) != drift.applied_hash(rendered)
+    # The same rendering, edited by someone: applied again.
+    live["spec"]["template"]["spec"]["containers"][0]["image"] = "other:1"
+    assert not drift.up_to_date(rendered, live)
+    # Never applied by this operator (no hash): applied.
+    assert not drift.up_to_date(rendered, rendered)
+    # The hash does not depend on itself or on key order.
+    assert drift.applied_hash(drift.stamped(rendered)) == drift.applied_hash(rendered)
+    assert drift.applied_hash(dict(reversed(list(rendered.items())))) == drift.applied_hash(rendered)
 
 
 def test_fields_we_do_not_render_and_the_replicas_are_left_alone() -> None:
-    live = _deployment(dnsPolicy="ClusterFirst", schedulerName="default-scheduler")
+    live = _deployment(dnsPolicy="ClusterFirst", schedulerName="default-scheduler", nodeSelector={"zone": "a"})
     live["metadata"]["labels"]["team"] = "x"
     live["metadata"]["resourceVersion"] = "7"
     live["spec"]["replicas"] = 5
-    assert drift.patch(_deployment(), live) is None
-    assert drift.patch(_deployment(), live, replicas_owned=True) == {"spec": {"replicas": 2}}
+    assert not drift.differs(_deployment(), live)

@@ -14,7 +14,7 @@ def test_the_flag_reaches_the_settings_and_the_runtime() -> None:
     )
     config = operator_cli.settings_from(args)
     assert config.max_concurrent_manifests == 3
-    rt = runtime.Runtime(settings=config, db=None, api=None, connection=None)  # type: ignore[arg-type]
+    rt = runtime.Runtime(settings=config, db=None, api=None, cluster=None)  # type: ignore[arg-type]
     assert rt.manifest_downloads._value == 3
 
 

@@ -433,25 +433,13 @@ def test_keda_uses_its_own_database_secret_when_given() -> None:
 # --- drift
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
 def as_served(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` as the API server returns it: defaults filled in, bookkeeping added."""
     live = copy.deepcopy(obj)
     live["metadata"].update({"resourceVersion": "123", "uid": "live-uid", "generation": 2,
-                             "creationTimestamp": "2026-03-01T12:00:00Z",
-                             "annotations": {"deployment.kubernetes.io/revision": "1"}})
+                             "creationTimestamp": "2026-03-01T12:00:00Z"})
+    live["metadata"]["annotations"] = {**live["metadata"].get("annotations", {}),
+                                       "deployment.kubernetes.io/revision": "1"}
     live["status"] = {"replicas": 1, "readyReplicas": 1}
     spec = live["spec"]
     if live["kind"] == "Deployment":
@@ -522,77 +510,51 @@ def _drop_shm(live: dict[str, Any]) -> None:
 
 
 DRIFT_ROWS = [
-    ("as served: in shape", lambda live: None, None),
-    ("someone else's label: in shape", _add_label, None),
-    ("replicas belong to the scaler: in shape", _scale, None),
-    ("our label changed", _change_label, {"metadata": {"labels": {"lading.dev/pool": "qwen"}}}),
-    ("owner reference removed", _drop_owner,
-     {"metadata": {"ownerReferences": [rendering.owner_reference(VLLM_FULL, uid=UID)]}}),
+    ("as served: in shape", lambda live: None, False),
+    ("someone else's label: in shape", _add_label, False),
+    ("replicas belong to the scaler: in shape", _scale, False),
+    ("our label changed", _change_label, True),
+    ("owner reference removed", _drop_owner, True),
+    ("image", _set_image, True),
+    ("env", _drop_env, True),
+    ("gpu", _gpu, True),
+    ("volumes", _drop_shm, True),
 ]
 
 
-@pytest.mark.parametrize(("edit", "patch"), [row[1:] for row in DRIFT_ROWS], ids=[row[0] for row in DRIFT_ROWS])
-def test_drift_metadata_and_replicas(edit: Any, patch: dict[str, Any] | None) -> None:
-    assert drift.patch(vllm(), edited(vllm(), edit)) == patch
+@pytest.mark.parametrize(("edit", "drifted"), [row[1:] for row in DRIFT_ROWS], ids=[row[0] for row in DRIFT_ROWS])
+def test_drift_of_a_served_object(edit: Any, drifted: bool) -> None:
+    assert drift.differs(vllm(), edited(vllm(), edit)) is drifted
+    assert drift.up_to_date(vllm(), edited(drift.stamped(vllm()), edit)) is not drifted
 
 
-@pytest.mark.parametrize("edit", [_set_image, _drop_env, _gpu], ids=["image", "env", "gpu"])
-def test_drift_in_the_container_replaces_the_container_list(edit: Any) -> None:
-    desired = vllm()
-    patch = drift.patch(desired, edited(desired, edit))
-    assert patch == {"spec": {"template": {"spec": {"containers": desired["spec"]["template"]["spec"]["containers"]}}}}
-
-
-def test_drift_in_volumes() -> None:
-    desired = vllm()
-    assert drift.patch(desired, edited(desired, _drop_shm)) == {
-        "spec": {"template": {"spec": {"volumes": desired["spec"]["template"]["spec"]["volumes"]}}}
-    }
-
-
-def test_replicas_are_patched_only_when_owned() -> None:
-    desired = rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=5)
-    live = as_served(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=2))
-    assert drift.patch(desired, live) is None
-    assert drift.patch(desired, live, replicas_owned=True) == {"spec": {"replicas": 5}}
-
-
-def test_a_missing_object_needs_everything_but_replicas() -> None:
-    desired = vllm()
-    patch = drift.patch(desired, {})
-    assert patch is not None and "replicas" not in patch["spec"]
-    assert patch["metadata"] == desired["metadata"]
+def test_a_missing_object_differs() -> None:
+    assert drift.differs(vllm(), {})
 
 
 @pytest.mark.parametrize("pool", POOLS, ids=lambda p: p.name)
-def test_applying_the_drift_patch_brings_the_object_back_in_shape(pool: specs.InferencePool) -> None:
+def test_every_rendering_is_up_to_date_as_served_and_not_once_tampered(pool: specs.InferencePool) -> None:
     for desired in rendered(pool):
-        live = as_served(desired)
+        live = as_served(drift.stamped(desired))
+        assert drift.up_to_date(desired, live)
         containers = live["spec"].get("template", {}).get("spec", {}).get("containers")
         if containers:
             containers[0]["image"] = "tampered:1"
-            containers[0]["args"] = ["--evil"]
         live["metadata"]["labels"]["app.kubernetes.io/component"] = "tampered"
         if live["kind"] == "Service":
             live["spec"]["ports"][0]["port"] = 9999
-        patch = drift.patch(desired, live)
-        assert patch is not None
-        repaired = merge_patch(live, patch)
-        assert drift.patch(desired, repaired) is None
-        # What the server added survives the patch.
-        assert repaired["metadata"]["resourceVersion"] == "123"
-        assert repaired["status"] == live["status"]
+        assert not drift.up_to_date(desired, live)
 
 
 def test_service_defaults_are_not_drift() -> None:
     service = rendering.vllm_service(VLLM_FULL, uid=UID, config=CONFIG)
-    assert drift.patch(service, as_served(service)) is None
+    assert not drift.differs(service, as_served(service))
 
 
 def test_numbers_read_back_as_other_number_types_are_not_drift() -> None:
-    assert drift.patch({"spec": {"a": 1, "b": [{"c": 2.0}]}}, {"spec": {"a": 1.0, "b": [{"c": 2}]}}) is None
-    assert drift.patch({"spec": {"a": True}}, {"spec": {"a": 1}}) == {"spec": {"a": True}}
-    assert drift.patch({"spec": {"a": "1"}}, {"spec": {"a": 1}}) == {"spec": {"a": "1"}}
+    assert not drift.differs({"spec": {"a": 1, "b": [{"c": 2.0}]}}, {"spec": {"a": 1.0, "b": [{"c": 2}]}})
+    assert drift.differs({"spec": {"a": True}}, {"spec": {"a": 1}})
+    assert drift.differs({"spec": {"a": "1"}}, {"spec": {"a": 1}})
 
 
 @pytest.mark.parametrize(
