@@ -19,6 +19,7 @@ spans of one batch find each other.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import time
 from collections.abc import Iterator, Mapping
@@ -34,15 +35,18 @@ except ImportError:  # pragma: no cover - exercised only where the extra is not 
 TRACER_NAME = "lading"
 
 
+@functools.lru_cache(maxsize=1024)  # every attempt asks; a worker works on few batches at a time
 def batch_trace_id(batch_id: int) -> int:
     """The 128-bit trace id of a batch: stable across processes, never zero."""
     return int.from_bytes(hashlib.sha256(f"lading-batch:{batch_id}".encode()).digest()[:16], "big") or 1
 
 
+@functools.lru_cache(maxsize=1024)
 def _batch_root_span_id(batch_id: int) -> int:
     return int.from_bytes(hashlib.sha256(f"lading-batch-root:{batch_id}".encode()).digest()[:8], "big") or 1
 
 
+@functools.lru_cache(maxsize=1024)
 def trace_id_hex(batch_id: int) -> str:
     return f"{batch_trace_id(batch_id):032x}"
 
@@ -60,6 +64,19 @@ def _parent(batch_id: int) -> Any:
 def _attributes(batch_id: int, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     extra = {f"lading.{k}": v for k, v in (attributes or {}).items() if v is not None}
     return {"lading.batch_id": batch_id, **extra}
+
+
+_TRACER: Any = None
+
+
+def _tracer() -> Any:
+    """Lading's tracer, asked for once: the API's proxy tracer forwards to a TracerProvider set later,
+    and asking again reads the environment each time (a measurable cost once per attempt)."""
+    global _TRACER
+    if _TRACER is None:
+        assert otel_trace is not None
+        _TRACER = otel_trace.get_tracer(TRACER_NAME)
+    return _TRACER
 
 
 def now_ns() -> int:
@@ -85,7 +102,7 @@ def span(name: str, *, batch_id: int, attributes: Mapping[str, Any] | None = Non
         if otel_trace is None:
             yield
             return
-        tracer = otel_trace.get_tracer(TRACER_NAME)
+        tracer = _tracer()
         attrs = _attributes(batch_id, attributes)
         with tracer.start_as_current_span(name, context=_parent(batch_id), attributes=attrs):
             yield
