@@ -68,9 +68,13 @@ class Allocator:
     def leader(self) -> bool:
         return self._election.leader
 
+    async def resign(self) -> None:
+        """Give up the election (closing its connection releases the lock)."""
+        await self._election.resign()
+
     async def run_forever(self, stop: asyncio.Event) -> None:
         await election.run_elected(
-            stop, run_once=self.run_once, resign=self._election.resign,
+            stop, run_once=self.run_once, resign=self.resign,
             interval_s=lambda: self.settings.interval_s, what="GPU-time allocation",
         )  # fmt: skip
 

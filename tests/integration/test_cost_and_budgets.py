@@ -17,12 +17,13 @@ import sys
 import asyncpg
 import pytest
 
-from lading import accepting, applying, costing, failpoints, reasons
+from lading import accepting, applying, costing, failpoints, metrics, reasons
 from lading.db import fairness, gpu_time, jobs, registry, reuse, spend
 from lading.ids import JobId, PoolName, TenantName, WorkerId
 from lading.jobs import transitions
 from lading.jobs.states import JobState
 from lading.models import specs
+from lading_elected import gpu_costs
 from tests.support import factories
 
 POOL = PoolName(factories.POOL)
@@ -540,3 +541,27 @@ async def test_the_batches_running_cost_sums_equal_a_scan_of_their_jobs_after_a_
     attempts = await db.fetchval("SELECT sum(cost) FROM job_attempts")
     assert await db.fetchval("SELECT sum(cost) FROM extraction_jobs") == attempts
     assert await db.fetchval("SELECT sum(amount) FROM tenant_spend") == attempts
+
+
+async def test_one_elected_allocator_closes_the_intervals_and_counts_the_tenants_cost(
+        db: asyncpg.Connection, database_url: str
+) -> None:
+    await factories.seed(db)
+    await _gpu_pool(db)
+    await _tenant(db, "acme")
+    start = await _past_minute(db, 3)
+    await _sample(db, start, 1)
+    await _sample(db, start + dt.timedelta(seconds=60), 1)  # 120 GPU-s: 0.083333333
+    await _gpu_attempts(db, "acme", [(10, 5)], finished_at=start + dt.timedelta(seconds=2))
+    counted = metrics.COST.labels("acme", GPU_POOL, "EUR")
+    before = counted._value.get()
+    first, second = gpu_costs.Allocator(database_url), gpu_costs.Allocator(database_url)
+    try:
+        closed = await first.run_once()
+        assert first.leader and [c.starts_at for c in closed] == [start]
+        assert await second.run_once() == [] and not second.leader  # the lock is held: it stands by
+    finally:
+        await first.resign()
+        await second.resign()
+    assert counted._value.get() - before == pytest.approx(0.083333333)
+    assert await db.fetchval("SELECT sum(amount) FROM tenant_spend") == decimal.Decimal("0.083333333")
