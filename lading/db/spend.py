@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -108,3 +109,12 @@ async def note_reservation(
     which the reaper charges should the attempt never finish (job_reap_many). False: it was closed."""
     noted = await db.fetchval(queries.sql("attempt_note_reservation"), job_id, fence, prompt_tokens, output_tokens)
     return noted is not None
+
+
+async def reaped_costs(conn: asyncpg.Connection, *, job_ids: Sequence[JobId]) -> list[tuple[str, str, Cost]]:
+    """What the reaper charged the attempts it just closed of jobs `job_ids` (their reservations):
+    (tenant, pool, cost) per tenant, pool and currency, for `lading_cost_total`."""
+    if not job_ids:
+        return []
+    rows = await conn.fetch(queries.sql("attempt_reaped_costs"), list(job_ids))
+    return [(r["tenant"], r["pool"], Cost(amount=r["amount"], currency=r["currency"])) for r in rows]

@@ -16,13 +16,16 @@ import sys
 
 import asyncpg
 import pytest
+from lading_worker import reaping
 
 from lading import accepting, applying, costing, failpoints, metrics, reasons
 from lading.db import fairness, gpu_time, jobs, registry, reuse, spend
+from lading.db import pool as dbpool
 from lading.ids import JobId, PoolName, TenantName, WorkerId
 from lading.jobs import transitions
 from lading.jobs.states import JobState
 from lading.models import specs
+from lading.settings import AttemptSettings, ReaperSettings
 from lading_elected import gpu_costs
 from tests.support import factories
 
@@ -463,7 +466,9 @@ async def test_a_reused_attempt_on_a_priced_pool_costs_zero_in_its_currency_and_
     assert await db.fetchrow("SELECT cost, cost_currency FROM job_attempts WHERE job_id = $1", job.id) == (None, None)
 
 
-async def test_a_reaped_attempt_is_charged_its_noted_reservation_once(db: asyncpg.Connection) -> None:
+async def test_a_reaped_attempt_is_charged_its_noted_reservation_once(
+        db: asyncpg.Connection, database_url: str
+) -> None:
     await factories.seed(db)
     await registry.upsert_pool(db, name=POOL, provider="builtin", model="lading-builtin", spec=PER_TOKEN_SPEC)
     await _tenant(db, "acme", budget={"currency": "EUR", "monthly": "100"})
@@ -471,8 +476,16 @@ async def test_a_reaped_attempt_is_charged_its_noted_reservation_once(db: asyncp
     noted, silent = sorted(await _claim_all(db, 2), key=lambda j: j.id)
     assert await spend.note_reservation(db, noted.id, noted.fence, 1000, 500)
     await _expire(db, [noted.id, silent.id])
-    assert set(await _reap(db)) == {noted.id, silent.id}
+    counted = metrics.COST.labels("acme", POOL, "EUR")
+    before = counted._value.get()
+    pool = await dbpool.create_pool(database_url, max_size=2)
+    try:
+        reaper = reaping.Reaper(pool, settings=ReaperSettings(), attempt=AttemptSettings())
+        assert (await reaper.run_once()).rescued == 2
+    finally:
+        await pool.close()
     reservation = decimal.Decimal("1000") * decimal.Decimal("0.15") / 10**6 + 500 * decimal.Decimal("0.60") / 10**6
+    assert counted._value.get() - before == pytest.approx(float(reservation))
     assert await db.fetchrow("SELECT cost, cost_currency FROM job_attempts WHERE job_id = $1", noted.id) == (
         reservation, "EUR"
     )

@@ -15,8 +15,8 @@ import logging
 
 import asyncpg
 
-from lading import looping, metrics
-from lading.db import conflicts, jobs
+from lading import costing, looping, metrics
+from lading.db import conflicts, jobs, spend
 from lading.ids import JobId
 from lading.jobs import retry
 from lading.jobs.states import JobState
@@ -62,6 +62,9 @@ class Reaper:
                     return await jobs.reap_many(conn, [self.verdict(lease) for lease in leases])
 
             moved = await conflicts.retrying(reap, what="Reaping expired leases")
+            # An attempt cut off mid-call was charged its reservation (docs/cost.md): count it too.
+            for tenant, pool, cost in await spend.reaped_costs(conn, job_ids=list(moved)):
+                costing.count_cost(tenant=tenant, pool=pool, currency=cost.currency, amount=cost.amount)
             expired = await conflicts.retrying(
                 lambda: jobs.expire_waiting(conn, limit=self._settings.batch_size), what="Expiring waiting jobs"
             )

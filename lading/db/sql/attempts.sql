@@ -29,3 +29,13 @@ UPDATE job_attempts
    SET reserved_tokens_in = $3, reserved_tokens_out = $4
  WHERE job_id = $1 AND fence = $2 AND finished_at IS NULL
 RETURNING true;
+
+-- name: attempt_reaped_costs
+-- What the reaper just charged the attempts it closed of jobs $1 (their fence before the reap, now
+-- fence - 1, closed as lease-expired): per tenant, pool and currency, for lading_cost_total.
+SELECT j.tenant, j.pool, a.cost_currency AS currency, sum(a.cost) AS amount
+  FROM extraction_jobs j
+  JOIN job_attempts a ON a.job_id = j.id AND a.fence = j.fence - 1
+ WHERE j.id = ANY($1::bigint[]) AND a.outcome = 'lease-expired' AND a.cost > 0
+ GROUP BY j.tenant, j.pool, a.cost_currency
+ ORDER BY j.tenant, j.pool, a.cost_currency;
