@@ -3,15 +3,12 @@ A batch's status as the intake reports it: the fields and the phase rules of the
 custom resource's `.status` (the operator's `lading_operator.batches.Reconciler.status_of`), computed
 from the same reads (`lading.db.batches.get_observed`). Pure: the caller reads, this shapes.
 
-    phase      Completed   every job settled, some succeeded or await review (or none at all)
-               Failed      every job settled, none succeeded
-               Suspended   suspended and work left
-               Running     work left
+    phase      lading.batch_phase.phase_of: Completed, Failed, Suspended or Running
     conditions Ready, Stalled (kstatus), Admitted, Progressing, Complete, Failed, Delivered
     queuePosition, etaSeconds   while work is left (`lading.db.queue.position`, the operator's read too)
 
-The rules are the operator's; a change there is a change here (tests/integration/api checks the
-fields a client reads).
+The phase and its reasons are `lading.batch_phase`'s, the one rule (tests/integration/api checks
+the fields a client reads).
 """
 
 from __future__ import annotations
@@ -20,8 +17,9 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from lading import batch_phase
 from lading.db import api_views, batches, jobs, queue
-from lading.jobs.states import SETTLED, JobState
+from lading.jobs.states import JobState
 
 
 def rfc3339(moment: dt.datetime | None) -> str | None:
@@ -30,10 +28,7 @@ def rfc3339(moment: dt.datetime | None) -> str | None:
 
 def reason_of(error_class: str) -> str:
     """An error class (DEADLINE_EXCEEDED, InvalidOutput) as a CamelCase reason, as the operator writes it."""
-    parts = [p for p in error_class.replace("-", "_").split("_") if p]
-    text = "".join(p if not p.isupper() else p.capitalize() for p in parts) or "Failed"
-    cleaned = "".join(ch for ch in text if ch.isalnum())[:64]
-    return cleaned if cleaned and cleaned[0].isalpha() else "Failed"
+    return batch_phase.failure_reason(error_class)
 
 
 def view(
@@ -46,17 +41,9 @@ def view(
 ) -> dict[str, Any]:
     """`where` is the batch's queue position, read while it is not settled (None once it is)."""
     c = current.counts
-    settled = sum(n for s, n in c.items() if s in SETTLED) >= current.total
-    good = c[JobState.SUCCEEDED] + c[JobState.REVIEW_REQUIRED]
-    if settled:
-        phase = "Completed" if good > 0 or current.total == 0 else "Failed"
-    elif current.suspended:
-        phase = "Suspended"
-    else:
-        phase = "Running"
-    failed = phase == "Failed"
-    progressing = "Settled" if settled else ("Suspended" if current.suspended else "JobsRemaining")
-    complete = ("Failed" if failed else "Completed") if settled else "JobsRemaining"
+    found = batch_phase.phase_of(c, total=current.total, suspended=current.suspended)
+    settled, good, phase, failed = found.settled, found.good, found.phase, found.failed
+    progressing, complete = found.progressing_reason, found.complete_reason
     summary = (f"{c[JobState.SUCCEEDED]} succeeded, {c[JobState.REVIEW_REQUIRED]} awaiting review, "
                f"{c[JobState.FAILED_TERMINAL]} failed, {c[JobState.CANCELLED]} cancelled of {current.total}")
     delivery = None
