@@ -223,8 +223,8 @@ async def _accept_manifest(
             hasher = hashing.BatchRequestHasher(
                 schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
             )
-            async for key, digest in job_documents.staged_pairs(conn):
-                hasher.add(key, digest)
+            async for pairs in job_documents.staged_pair_chunks(conn):
+                hasher.add_many(pairs)
             batch_hash = hasher.hexdigest()
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=manifest.documents)
             if inserted is None:

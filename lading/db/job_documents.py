@@ -81,6 +81,13 @@ async def staged_pairs(conn: asyncpg.Connection) -> AsyncIterator[tuple[str, str
         yield row["key"], row["sha256"]
 
 
+async def staged_pair_chunks(conn: asyncpg.Connection) -> AsyncIterator[list[tuple[str, str]]]:
+    """`staged_pairs`, a round trip's worth (PAIRS_PREFETCH) at a time. Inside the transaction."""
+    cursor = await conn.cursor(queries.sql("manifest_lines_pairs"))
+    while rows := await cursor.fetch(PAIRS_PREFETCH):
+        yield [(row[0], row[1]) for row in rows]
+
+
 async def insert_staged_jobs(
         conn: asyncpg.Connection,
         *,

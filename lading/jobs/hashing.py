@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -175,6 +175,25 @@ class BatchRequestHasher:
             self._sha.update(b",")
         self._sha.update(canonical_json([key, content_sha256]))
         self._last = key
+
+    def add_many(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """`add` for each pair in turn, the same bytes hashed: the pairs serialised by orjson
+        (its compact output is the canonical JSON's for strings) and fed to the hash at once."""
+        last = self._last
+        for key, _ in pairs:
+            if last is not None and key <= last:
+                raise ValueError(f"document keys must be unique and ascending; {key!r} came after {last!r}")
+            last = key
+        if not pairs:
+            return
+        try:
+            encoded = orjson.dumps(pairs)[1:-1]  # the pairs without the enclosing brackets
+        except orjson.JSONEncodeError:  # a lone surrogate: fail as `add` does
+            for key, digest in pairs:
+                self.add(key, digest)
+            return
+        self._sha.update(b"," + encoded if self._last is not None else encoded)
+        self._last = last
 
     def hexdigest(self) -> str:
         final = self._sha.copy()

@@ -31,3 +31,27 @@ def test_a_lone_surrogate_fails_as_the_canonical_hash_does() -> None:
         hashing.batch_request_hash(documents=[("a\ud800", "0" * 64)], **options)  # type: ignore[arg-type]
     with pytest.raises(UnicodeEncodeError):
         hashing.batch_request_hash_of_pairs(documents=[("a\ud800", "0" * 64)], **options)  # type: ignore[arg-type]
+
+
+@given(documents=st.dictionaries(_KEYS, _DIGESTS, max_size=30), cut=st.integers(min_value=0, max_value=30))
+@settings(max_examples=200, deadline=None)
+def test_adding_pairs_in_chunks_hashes_what_adding_them_one_by_one_does(documents: dict[str, str], cut: int) -> None:
+    pairs = sorted(documents.items())
+    one_by_one = hashing.BatchRequestHasher(schema="invoice.v1", model_policy={"m": 1}, validation_policy="p")
+    for key, digest in pairs:
+        one_by_one.add(key, digest)
+    chunked = hashing.BatchRequestHasher(schema="invoice.v1", model_policy={"m": 1}, validation_policy="p")
+    chunked.add_many(pairs[:cut])
+    chunked.add_many([])
+    chunked.add_many(pairs[cut:])
+    assert chunked.hexdigest() == one_by_one.hexdigest()
+    assert chunked.hexdigest() == hashing.batch_request_hash(
+        schema="invoice.v1", model_policy={"m": 1}, validation_policy="p", documents=pairs
+    )
+
+
+def test_chunks_must_keep_the_keys_ascending() -> None:
+    hasher = hashing.BatchRequestHasher(schema="invoice.v1", model_policy={}, validation_policy="p")
+    hasher.add_many([("a", "0" * 64), ("b", "0" * 64)])
+    with pytest.raises(ValueError, match="unique and ascending"):
+        hasher.add_many([("c", "0" * 64), ("b", "1" * 64)])
