@@ -50,6 +50,10 @@ class ClaimedJob:
     source: job_documents.DocumentSource | None = None
     """Where a document given by manifest lives (URI, SHA-256, size, the batch's namespace); read by
     the same claim statement."""
+    may_reuse: bool | None = None
+    """Whether the job may take an earlier result or wait for a copy in flight (its batch's
+    spec.reuse and its tenant's resultReuse; docs/reuse.md); None when the claim was made without
+    `reuse_key_of`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +189,7 @@ async def claim_batch(
             previous_error_class=r["previous_error_class"],
             previous_output_sha256=r["previous_output_sha256"],
             source=_source(r),
+            may_reuse=r["may_reuse"],
         )
         for r in rows
     ]

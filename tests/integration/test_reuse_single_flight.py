@@ -109,3 +109,35 @@ async def test_concurrent_copies_are_extracted_once(db: asyncpg.Connection, dbpo
     # Nobody waits for a waiting job: only leaders and jobs that took a result keep a mark.
     assert await db.fetchval("SELECT count(*) FROM extraction_jobs WHERE reuse_key IS NULL") == 0
     assert await db.fetchval("SELECT count(DISTINCT reuse_key) FROM extraction_jobs") == DOCUMENTS
+
+
+async def test_the_claim_marks_the_key_and_says_which_jobs_may_reuse(db: asyncpg.Connection) -> None:
+    await factories.seed(db)
+    await factories.seed(db, tenant="initech")
+    await db.execute("UPDATE tenants SET spec = '{\"resultReuse\": \"none\"}' WHERE name = 'initech'")
+    text = generator.generate(1, seed=29)[0].text
+    requests = [
+        factories.batch_request(name="on", count=0),
+        dataclasses.replace(factories.batch_request(name="off", count=0), reuse=False),
+        factories.batch_request(name="none", count=0, tenant="initech"),
+    ]
+    for request in requests:
+        await accepting.accept_batch(db, dataclasses.replace(
+            request, documents=[accepting.DocumentInput(key="doc", text=text)]
+        ))  # fmt: skip
+    claimed = await jobs.claim_batch(
+        db, pool=PoolName(factories.POOL), worker_id=WorkerId("w"), limit=3, lease_ttl_s=60, reuse_key_of=KEY_OF
+    )  # fmt: skip
+    may = {await db.fetchval("SELECT b.name FROM batches b WHERE b.id = $1", j.batch_id): j.may_reuse for j in claimed}
+    assert may == {"on": True, "off": False, "none": False}
+    marked = await db.fetch("SELECT reuse_key FROM extraction_jobs")
+    assert len({r["reuse_key"] for r in marked}) == 1 and marked[0]["reuse_key"] is not None  # the tenant is no part
+
+    await accepting.accept_batch(db, dataclasses.replace(
+        factories.batch_request(name="later", count=0), documents=[accepting.DocumentInput(key="doc", text=text)]
+    ))  # fmt: skip
+    [unmarked] = await jobs.claim_batch(
+        db, pool=PoolName(factories.POOL), worker_id=WorkerId("w"), limit=3, lease_ttl_s=60
+    )  # fmt: skip
+    assert unmarked.may_reuse is None  # a claim without the producer neither asks nor marks
+    assert await db.fetchval("SELECT reuse_key FROM extraction_jobs WHERE id = $1", unmarked.id) is None

@@ -8,7 +8,8 @@ Claimed jobs wait in a local queue (at most `prefetch` beyond the free slots) an
 starts as its own task, executor -> committer, as soon as a slot is free: a slot frees the
 moment its model call returns. A second round trip after each claim (`reusing.Reuser`) says
 which claimed jobs take an earlier accepted result or wait for a duplicate being extracted
-instead of calling the model (docs/reuse.md); those go straight to the committer. When there is
+instead of calling the model (docs/reuse.md); those go straight to the committer. It is skipped
+when no claimed job may reuse (its batch or tenant turned reuse off): those all call the model. When there is
 nothing to claim, the claimer sleeps until a NOTIFY says new work arrived for its pool, a slot
 frees up, or the poll interval passes. When it stops, queued jobs that never started are
 released for other workers at once.
@@ -94,7 +95,7 @@ class Claimer:
                 reuse_key_of=None if self._reuser is None else self._reuser.producer.key_parts,
             )
             decisions: dict[JobId, reuse_db.Decision] = {}
-            if claimed and self._reuser is not None:
+            if self._reuser is not None and any(job.may_reuse is not False for job in claimed):
                 decisions = await self._reuser.resolve(conn, claimed)
         now = inflight.InFlight.now()
         for job in claimed:

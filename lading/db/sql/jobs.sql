@@ -94,6 +94,13 @@ WITH plan AS (
 )
 SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
        CASE WHEN d.uri IS NOT NULL THEN (SELECT b.namespace FROM batches b WHERE b.id = c.batch_id) END AS namespace,
+       -- Whether the job may take an earlier result or wait for a copy (its batch's spec.reuse and its
+       -- tenant's resultReuse; asked only with $5): a claimed batch of which no job may needs no
+       -- lading_reuse_resolve at all.
+       CASE WHEN $5::text IS NOT NULL THEN
+            (SELECT b.reuse FROM batches b WHERE b.id = c.batch_id)
+            AND coalesce((SELECT t.spec ->> 'resultReuse' FROM tenants t WHERE t.name = c.tenant), 'tenant') <> 'none'
+       END AS may_reuse,
        clock_timestamp() AS claimed_at, prev.error_class AS previous_error_class,
        prev.output_sha256 AS previous_output_sha256
   FROM claimed c
