@@ -39,7 +39,7 @@ NAMESPACE = "bench-operator"
 """Not `bench`: hack/bench.py seeds a tenant covering that namespace, and a namespace two quotas cover
 admits nothing (NoTenantQuota)."""
 TARGET_ADMISSION_S = 10.0
-TARGET_REQUESTS_PER_BATCH_PER_MIN = 2.0
+TARGET_REQUESTS_PER_BATCH_PER_MIN = 1.0
 STEADY_WINDOW_S = 60.0
 SETTLE_S = 5.0
 GROUP_VERSION = "lading.dev/v1alpha1"

@@ -82,6 +82,11 @@ RECENT_FAILURES = status.RECENT_FAILURES_MAX
 QUEUED_STATES = (JobState.READY, JobState.RUNNING, JobState.RETRY_SCHEDULED)
 SIGNIFICANT = ("phase", "observedGeneration", "conditions", "total", "recentFailures", "completedAt", "batchId")
 """Status fields whose change is written at once; counts and ages wait for the next status interval."""
+CLOCK_FIELDS = frozenset({"oldestEligibleAgeSeconds", "etaSeconds"})
+"""Status fields that change with the clock alone (a waiting job ages, an ETA counts down): a change of
+these alone is written at most once per CLOCK_REFRESH_S; with any other change they are written too."""
+CLOCK_REFRESH_S = 300.0
+"""How stale a clock-only field may get: a batch at rest costs one status write per this, not per minute."""
 QUEUE_FIELDS = ("queuePosition", "etaSeconds")
 """Status fields computed from the pool's whole queue (`lading.db.queue.position`): read at most once per
 status interval, and never a reason to write on their own before it passes."""
@@ -310,6 +315,11 @@ class Reconciler:
                         previous, type=conditions.ADMITTED, value=False, reason=reason, message=message,
                         generation=generation,
                     ),
+                    conditions.condition(
+                        previous, type=conditions.RECONCILING, value=not stalled,
+                        reason=conditions.RECONCILED if stalled else reason, message="" if stalled else message,
+                        generation=generation,
+                    ),
                 ],
             )
         )  # fmt: skip
@@ -502,6 +512,11 @@ class Reconciler:
                 previous, type=conditions.FAILED_CONDITION, value=failed, reason=complete_reason,
                 message=self._summary(current) if failed else "", generation=generation,
             ),
+            # Admitted, and this generation's priority and suspend applied before this status is written.
+            conditions.condition(
+                previous, type=conditions.RECONCILING, value=False, reason=conditions.RECONCILED,
+                generation=generation,
+            ),
         ]  # fmt: skip
         delivery: status.Condition | None = None
         if endpoint_missing:
@@ -605,11 +620,26 @@ class Reconciler:
                 return False
         return True
 
+    def _clock_only(self, desired: dict[str, Any]) -> bool:
+        """Whether `desired` differs from what was written only in the values of clock-driven fields that
+        were and still are there (an ETA appearing or going away is news)."""
+        changed = conditions.status_patch(self.last_written, desired) or {}
+        return bool(changed) and all(
+            field in CLOCK_FIELDS and field in self.last_written and value is not None
+            for field, value in changed.items()
+        )
+
+    def _clock_refresh_s(self) -> float:
+        return max(CLOCK_REFRESH_S, self.rt.settings.status_interval_s)
+
     async def _write(self, desired: dict[str, Any], *, volatile_only: bool = False) -> None:
-        """Write status if it changed; a change of counts and ages only, at most once per status interval."""
+        """Write status if it changed; a change of counts and ages only, at most once per status interval,
+        and of the clock-driven fields alone (CLOCK_FIELDS) at most once per CLOCK_REFRESH_S."""
         now = time.monotonic()
         if volatile_only and now - self.last_write_at < self.rt.settings.status_interval_s:
             return
+        if self._clock_only(desired) and now - self.last_write_at < self._clock_refresh_s():
+            return  # only the clock moved: nothing a reader acts on
         written = await conditions.write_status(
             self.rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=self.namespace, name=self.name,
             live=self.last_written, desired=desired,

@@ -55,6 +55,11 @@ AUTH_FAILING: Final = "AuthFailing"
 """DeliveryEndpoint: the receiver refuses our signature (HTTP 401/403)."""
 CIRCUIT_OPEN: Final = "CircuitOpen"
 """DeliveryEndpoint: the dispatcher's circuit breaker is not closed."""
+RECONCILING: Final = "Reconciling"
+"""ExtractionBatch, InferencePool: kstatus's abnormal-true condition. True while the operator is still
+bringing the current generation about by itself (a batch waiting to be admitted for a reason that clears
+by itself; a vLLM pool whose replicas are starting), with that reason; False (Reconciled) once it is in
+place, and while Stalled or refused (then only a person can move it on)."""
 
 # --- Condition reasons -----------------------------------------------------------------------
 # Admission (ExtractionBatch Admitted=False; InvalidSpec also Ready=False of every other kind):
@@ -85,6 +90,8 @@ COMPLETED: Final = "Completed"
 review. Also the Normal Event."""
 FAILED: Final = "Failed"
 """Failed=True, Complete=False, Ready=False, Stalled=True: settled and none succeeded. Also the Warning Event."""
+RECONCILED: Final = "Reconciled"
+"""Reconciling=False: what the current generation asks is in place (or waits for a person: Stalled)."""
 NOT_STALLED: Final = "NotStalled"
 """Stalled=False of a batch: admitted or waiting for something that will come by itself (room in the quota,
 the pool, the endpoint)."""
@@ -177,7 +184,7 @@ bug); the loop logs the traceback and retries with backoff."""
 
 CONDITION_TYPES: Final = frozenset({
     READY, STALLED, FAILED_CONDITION, DEGRADED, PAUSED, ADMITTED, PROGRESSING, COMPLETE, DELIVERED, BUDGET_EXHAUSTED,
-    AUTH_FAILING, CIRCUIT_OPEN,
+    AUTH_FAILING, CIRCUIT_OPEN, RECONCILING,
 })  # fmt: skip
 """Every condition type the operator writes."""
 

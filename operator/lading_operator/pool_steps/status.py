@@ -2,8 +2,8 @@
 The InferencePool's status, computed from what the other steps saw (pure; writing it is the
 reconciler's): endpoint, ready vLLM replicas, workers, desired workers and why, headroom, and the
 conditions Ready, Degraded and Paused (spec.paused, or pools.paused_until set by workers when the
-provider refused the key or the quota). A pool whose spec is invalid or that is refused gets Ready
-alone.
+provider refused the key or the quota), and kstatus's Reconciling (True while vLLM replicas are
+starting). A pool whose spec is invalid or that is refused gets Ready=False and Reconciling=False.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def running(
                                      message="workers and limits in place", generation=generation)  # fmt: skip
         degraded = conditions.condition(previous, type=conditions.DEGRADED, value=False, reason=conditions.HEALTHY,
                                         generation=generation)  # fmt: skip
+    starting = ready.reason == conditions.ENGINE_STARTING
+    reconciling = conditions.condition(
+        previous, type=conditions.RECONCILING, value=starting,
+        reason=conditions.ENGINE_STARTING if starting else conditions.RECONCILED,
+        message=ready.message if starting else "", generation=generation,
+    )  # fmt: skip
     decision = scaled.decision
     return conditions.dump(
         status.InferencePoolStatus(
@@ -86,14 +92,20 @@ def running(
             paused_until=(
                 status.rfc3339(load.paused_until) if scaled.pausing and load.paused_until is not None else None
             ),
-            conditions=[ready, degraded, paused],
+            conditions=[ready, degraded, paused, reconciling],
         )
     )
 
 
 def ready_only(*, previous: Previous, generation: int | None, reason: str, message: str) -> dict[str, Any]:
-    """The status of a pool that is not served (invalid spec, refused namespace): Ready=False alone."""
+    """The status of a pool that is not served (invalid spec, refused namespace, an object of its name
+    not its own): Ready=False, and Reconciling=False (only a person can move it on)."""
     ready = conditions.condition(
         previous, type=conditions.READY, value=False, reason=reason, message=message, generation=generation
     )
-    return conditions.dump(status.InferencePoolStatus(observed_generation=generation, conditions=[ready]))
+    reconciling = conditions.condition(
+        previous, type=conditions.RECONCILING, value=False, reason=conditions.RECONCILED, generation=generation
+    )
+    return conditions.dump(
+        status.InferencePoolStatus(observed_generation=generation, conditions=[ready, reconciling])
+    )

@@ -1,5 +1,5 @@
-"""An ExtractionBatch as GitOps tools and people read it: kstatus conditions (Ready, Stalled, a Failed
-separate from Complete) that the documented Argo CD health checks understand, its queue position and
+"""An ExtractionBatch as GitOps tools and people read it: kstatus conditions (Ready, Stalled, Reconciling,
+a Failed separate from Complete) that the documented Argo CD health checks understand, its queue position and
 ETA while it waits, and spec.priority changes applied to its jobs before observedGeneration moves."""
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ async def test_conditions_queue_position_priority_and_health_follow_the_batch(
     assert "etaSeconds" not in second["status"]
     assert _status(second, "Ready") == ("False", "JobsRemaining")
     assert _status(second, "Stalled") == ("False", "NotStalled")
+    assert _status(second, "Reconciling") == ("False", "Reconciled")  # admitted: its generation is in place
     assert argocd_health.health("ExtractionBatch", second)[0] == "Progressing"
     # Over quota: Pending, not stalled (room comes by itself), queued behind all of the tenant's work.
     await conftest.create_batch(api, "acme", "third", documents=2)
@@ -62,6 +63,7 @@ async def test_conditions_queue_position_priority_and_health_follow_the_batch(
     assert third["status"]["phase"] == "Pending" and third["status"]["queuePosition"] == 7
     assert _status(third, "Ready") == ("False", "QuotaExceeded")
     assert _status(third, "Stalled") == ("False", "NotStalled")
+    assert _status(third, "Reconciling") == ("True", "QuotaExceeded")  # kstatus: InProgress until admitted
     pool = await kube_emulator.wait_for(
         emulator, POOLS, "acme", "builtin", lambda o: "conditions" in o.get("status", {})
     )
@@ -93,6 +95,7 @@ async def test_conditions_queue_position_priority_and_health_follow_the_batch(
         emulator, BATCHES, "acme", "second", lambda o: o.get("status", {}).get("observedGeneration") == 3
     )
     assert _status(stalled, "Stalled") == ("True", "PriorityNotAllowed")
+    assert _status(stalled, "Reconciling") == ("False", "Reconciled")
     assert "allowedPriorities" in _condition(stalled, "Stalled")["message"]
     assert argocd_health.health("ExtractionBatch", stalled)[0] == "Degraded"
     assert await db.fetchval("SELECT priority FROM batches WHERE name = 'second'") == 0

@@ -85,6 +85,7 @@ async def test_not_adopted_objects_stale_status_fields_and_equivalent_quantities
     )
     assert _condition(pool, "Ready")["status"] == "False"
     assert "deployments/taken-worker" in _condition(pool, "Ready")["message"]
+    assert _condition(pool, "Reconciling")["status"] == "False", "only a person can move it on"
     stored = emulator.stored(DEPLOYMENTS, NS, "taken-worker")
     assert stored is not None and not stored["metadata"].get("ownerReferences")
     assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "theirs:1"

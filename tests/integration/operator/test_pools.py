@@ -53,6 +53,12 @@ async def test_vllm_pool_renders_owned_objects_and_corrects_drift(
     ready = _condition(status, "Ready")
     assert (ready["status"], ready["reason"]) in {("False", "EngineStarting"), ("True", "ScaledToZero")}, ready
     assert ready["message"].startswith("0/"), ready
+    # kstatus: Reconciling while the engine is starting (InProgress), not once scaled to zero as asked.
+    reconciling = _condition(status, "Reconciling")
+    starting = ready["reason"] == "EngineStarting"
+    assert (reconciling["status"], reconciling["reason"]) == (
+        ("True", "EngineStarting") if starting else ("False", "Reconciled")
+    ), reconciling
 
     # Drift: someone edits the worker's image and deletes the Service.
     worker_path = kube.path("apps/v1", "deployments", namespace="lading-system", name="qwen-worker")
