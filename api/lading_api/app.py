@@ -33,6 +33,12 @@ let tests kill the process at both points. For the same reason the record's comm
 for the WAL flush (`synchronous_commit = off` for that transaction alone): the acceptance it records
 was flushed before the record was written, so a record lost in a database crash only makes a retry
 go through the core's idempotency again, and each POST costs one flush, not two.
+
+Document POSTs that arrive together share these transactions (`Intake.posts`, `lading.grouping`):
+one transaction claims their keys, releases the refused ones' and writes the accepted ones'
+answers, each in one statement, while their documents are accepted together by the core's
+`intake.GroupSubmitter`; every answer still leaves after both commits. A group whose records fail
+(a key another transaction holds) is answered request by request as above.
 """
 
 from __future__ import annotations
