@@ -25,7 +25,10 @@ CPU per job: the worker's (this process's rusage for in-process workers, /proc o
 process tree for Celery) and PostgreSQL's (utime + stime from /proc/<pid>/stat of the backends
 connected to the run's database, before and after; the server's background processes are left
 out); for Celery, RabbitMQ's (beam.smp), which also counts whatever else uses the broker.
-A peer whose package is not installed (`pip install -e '.[bench]'`) is reported as skipped.
+A peer whose package is not installed (`pip install -e '.[bench]'`), or whose run fails, is reported
+as skipped. $LADING_BENCH_COMPARE_ROUNDS=N runs every system N times, round after round (default
+1): each system reports the run with the median jobs/s and the ratios come from those medians,
+with each round's ratios beside them.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ ACCEPT_REPETITIONS = 5
 PART_TIMEOUT_S = 300.0
 """Each measured run gives up after this long (something is stuck, not slow)."""
 LOAD_SAMPLE_S = 5.0
+ROUNDS_VARIABLE = "LADING_BENCH_COMPARE_ROUNDS"
 
 TARGET_VS_CELERY = 2.0
 TARGET_VS_PROCRASTINATE = 10.0
@@ -141,24 +145,39 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 2)
 
 
+def median_run(runs: Sequence[Measured]) -> Measured:
+    """The run whose jobs/s is the (lower) median of `runs`."""
+    rate = statistics.median_low(run.jobs_per_s for run in runs)
+    return next(run for run in runs if run.jobs_per_s == rate)
+
+
 def summarize(
-    systems: Mapping[str, Measured],
+    rounds: Sequence[Mapping[str, Measured]],
     *,
     skipped: Mapping[str, str],
     acceptance: Mapping[str, Any] | None,
     load: Mapping[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """(results, targets, passed) from what was measured; a ratio whose terms are missing is None."""
+    """(results, targets, passed) from what each round measured: per system, the run with the median
+    jobs/s (all rounds' jobs/s beside it); ratios of those medians and of each round; a ratio whose
+    terms are missing is None."""
+    keys = list(dict.fromkeys(key for measured in rounds for key in measured))
+    systems = {key: median_run([measured[key] for measured in rounds if key in measured]) for key in keys}
 
-    def rate(key: str) -> float | None:
-        return systems[key].jobs_per_s if key in systems else None
+    def ratios_of(measured: Mapping[str, Measured]) -> dict[str, float | None]:
+        def rate(key: str) -> float | None:
+            return measured[key].jobs_per_s if key in measured else None
 
-    lading = rate(LADING_SUCCEEDED)
-    ratios = {
-        "lading_vs_celery_prefetch_4": ratio(lading, rate(CELERY_REFERENCE)),
-        "lading_vs_procrastinate_concurrency_10": ratio(lading, rate(PROCRASTINATE_REFERENCE)),
-        "lading_vs_asyncpg_ceiling": ratio(lading, rate(CEILING)),
-        "lading_review_vs_celery_prefetch_4": ratio(rate(LADING_REVIEW), rate(CELERY_REFERENCE)),
+        lading = rate(LADING_SUCCEEDED)
+        return {
+            "lading_vs_celery_prefetch_4": ratio(lading, rate(CELERY_REFERENCE)),
+            "lading_vs_procrastinate_concurrency_10": ratio(lading, rate(PROCRASTINATE_REFERENCE)),
+            "lading_vs_asyncpg_ceiling": ratio(lading, rate(CEILING)),
+            "lading_review_vs_celery_prefetch_4": ratio(rate(LADING_REVIEW), rate(CELERY_REFERENCE)),
+        }
+
+    ratios: dict[str, float | None] = {
+        **ratios_of(systems),
         "accept_vs_copy": None if acceptance is None else acceptance.get("ratio"),
     }
     targets = {
@@ -173,10 +192,15 @@ def summarize(
     )
     met = {name: value is not None and value >= target for name, (value, target) in zip(targets, checks, strict=True)}
     results = {
+        "rounds": len(rounds),
         "jobs_per_s": {key: m.jobs_per_s for key, m in systems.items()},
         "ratios": ratios,
+        "ratios_per_round": [ratios_of(measured) for measured in rounds],
         "targets_met": met,
-        "systems": {key: m.to_json() for key, m in systems.items()},
+        "systems": {
+            key: {**m.to_json(), "jobs_per_s_rounds": [r[key].jobs_per_s for r in rounds if key in r]}
+            for key, m in systems.items()
+        },
         "skipped": dict(skipped),
         "acceptance_vs_copy": dict(acceptance) if acceptance is not None else None,
         "load_average": dict(load),
@@ -199,7 +223,7 @@ def render_table(results: Mapping[str, Any]) -> str:
     ]
     for system in results["systems"].values():
         lines.append(
-            f"| {system['label']} | {system['jobs']:,} | {_fmt(system['jobs_per_s'])} "
+            f"| {system['label']} | {system['jobs']:,} | {_fmt(system['jobs_per_s'])}{_each_round(system)} "
             f"| {_fmt(system['worker_cpu_ms_per_job'], 3)} | {_store_cpu(system)} "
             f"| {', '.join(_fmt(x, 1) for x in system.get('load_1m_before_after', ()))} |"
         )
@@ -213,6 +237,12 @@ def render_table(results: Mapping[str, Any]) -> str:
         f"{_fmt(ratios['lading_vs_procrastinate_concurrency_10'], 2)}x (target {TARGET_VS_PROCRASTINATE:g}x); "
         f"vs the asyncpg ceiling: {_fmt(ratios['lading_vs_asyncpg_ceiling'], 2)}x"
     )
+    if results.get("rounds", 1) > 1:
+        each = [
+            f"{_fmt(r['lading_vs_celery_prefetch_4'], 2)}x / {_fmt(r['lading_vs_procrastinate_concurrency_10'], 2)}x"
+            for r in results["ratios_per_round"]
+        ]
+        lines.append(f"Each round (vs Celery prefetch 4 / vs Procrastinate concurrency 10): {', '.join(each)}")
     acceptance = results.get("acceptance_vs_copy")
     if acceptance is not None:
         lines.append(
@@ -226,6 +256,11 @@ def render_table(results: Mapping[str, Any]) -> str:
         f"median {_fmt(load.get('median_1m'), 2)} ({load.get('cpus')} CPUs)"
     )
     return "\n".join(lines)
+
+
+def _each_round(system: Mapping[str, Any]) -> str:
+    rates = system.get("jobs_per_s_rounds", ())
+    return f" ({' / '.join(_fmt(r) for r in rates)})" if len(rates) > 1 else ""
 
 
 def _store_cpu(system: Mapping[str, Any]) -> str:
@@ -347,16 +382,20 @@ def _rusage_cpu_s() -> float:
 
 async def bench_compare(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """The hack/bench.py scenario, in the database it created, migrated and seeded."""
-    systems: dict[str, Measured] = {}
+    rounds: list[dict[str, Measured]] = []
     skipped: dict[str, str] = {}
     samples: list[float] = []
     start_load = os.getloadavg()
     sampler = asyncio.create_task(_sample_load(samples), name="load average")
     try:
-        await _part(systems, _lading(url))
-        await _peer(systems, skipped, "Procrastinate", _procrastinate(url))
-        await _peer(systems, skipped, "Celery", _celery())
-        await _part(systems, _ceiling(url))
+        for number in range(1, _rounds() + 1):
+            print(f"bench: compare round {number} of {_rounds()}", file=sys.stderr, flush=True)
+            systems: dict[str, Measured] = {}
+            await _part(systems, _lading(url))
+            await _peer(systems, skipped, "Procrastinate", _procrastinate(url))
+            await _peer(systems, skipped, "Celery", _celery())
+            await _part(systems, _ceiling(url))
+            rounds.append(systems)
         acceptance = await _accept_vs_copy(url)
     finally:
         sampler.cancel()
@@ -364,10 +403,15 @@ async def bench_compare(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
             await sampler
     samples.append(os.getloadavg()[0])
     load = load_summary(samples, start=start_load, end=os.getloadavg())
-    results, targets, passed = summarize(systems, skipped=skipped, acceptance=acceptance, load=load)
+    results, targets, passed = summarize(rounds, skipped=skipped, acceptance=acceptance, load=load)
     results["versions"] = _versions()
     print("\n" + render_table(results) + "\n", file=sys.stderr, flush=True)
     return results, targets, passed
+
+
+def _rounds() -> int:
+    """$LADING_BENCH_COMPARE_ROUNDS (default 1): how many times every system runs, one after the other."""
+    return max(1, int(os.environ.get(ROUNDS_VARIABLE, "1")))
 
 
 async def _sample_load(samples: list[float]) -> None:

@@ -38,7 +38,7 @@ def test_ratios_against_the_references_and_the_targets(compare: types.ModuleType
         compare.CEILING: compare.Measured("ceiling", jobs=100_000, seconds=2.0),
     }
     results, targets, passed = compare.summarize(
-        systems, skipped={}, acceptance={"ratio": 0.9, "documents": 10_000, "repetitions": 5,
+        [systems], skipped={}, acceptance={"ratio": 0.9, "documents": 10_000, "repetitions": 5,
                                           "accept_jobs_per_s_median": 45_000.0, "copy_jobs_per_s_median": 50_000.0},
         load=LOAD,
     )  # fmt: skip
@@ -71,7 +71,7 @@ def test_a_ratio_below_its_target_fails_the_scenario(compare: types.ModuleType) 
         compare.CELERY_REFERENCE: compare.Measured("Celery p4", jobs=1_500, seconds=1.0),
         compare.PROCRASTINATE_REFERENCE: compare.Measured("Procrastinate c10", jobs=100, seconds=1.0),
     }
-    results, _, passed = compare.summarize(systems, skipped={}, acceptance=None, load=LOAD)
+    results, _, passed = compare.summarize([systems], skipped={}, acceptance=None, load=LOAD)
     assert not passed
     assert results["targets_met"] == {
         "lading_vs_celery_prefetch_4_min": False,
@@ -83,7 +83,7 @@ def test_a_ratio_below_its_target_fails_the_scenario(compare: types.ModuleType) 
 def test_a_skipped_peer_leaves_its_ratio_empty_and_is_named(compare: types.ModuleType) -> None:
     systems = {compare.LADING_SUCCEEDED: compare.Measured("Lading", jobs=2_000, seconds=1.0)}
     skipped = {"Celery": "not installed (celery); pip install -e '.[bench]'"}
-    results, _, passed = compare.summarize(systems, skipped=skipped, acceptance=None, load=LOAD)
+    results, _, passed = compare.summarize([systems], skipped=skipped, acceptance=None, load=LOAD)
     assert results["ratios"]["lading_vs_celery_prefetch_4"] is None
     assert not passed and results["skipped"] == skipped
     table = compare.render_table(results)
@@ -96,3 +96,23 @@ def test_cpu_ticks_read_after_the_command_name_even_with_spaces_and_parentheses(
     fields = ["S", "1", "2", "3", "0", "-1", "4194560", "10", "0", "0", "0", "250", "50", "7", "3", "20"]
     stat = "4242 (postgres: x (y) z) " + " ".join(fields)
     assert compare.cpu_ticks(stat) == (300, 10)
+
+
+def test_rounds_report_the_median_run_and_each_rounds_ratios(compare: types.ModuleType) -> None:
+    def round_of(lading_s: float, celery_s: float) -> dict[str, object]:
+        return {
+            compare.LADING_SUCCEEDED: compare.Measured("Lading", jobs=1_000, seconds=lading_s, worker_cpu_s=lading_s),
+            compare.CELERY_REFERENCE: compare.Measured("Celery p4", jobs=1_000, seconds=celery_s),
+        }
+
+    rounds = [round_of(1.0, 1.0), round_of(0.5, 2.0), round_of(0.25, 1.0)]
+    results, _, _ = compare.summarize(rounds, skipped={}, acceptance=None, load=LOAD)
+    lading = results["systems"][compare.LADING_SUCCEEDED]
+    assert lading["jobs_per_s"] == 2_000.0 and lading["jobs_per_s_rounds"] == [1_000.0, 2_000.0, 4_000.0]
+    assert lading["worker_cpu_ms_per_job"] == 0.5  # the median run's own CPU
+    assert results["systems"][compare.CELERY_REFERENCE]["jobs_per_s"] == 1_000.0
+    assert results["ratios"]["lading_vs_celery_prefetch_4"] == 2.0
+    assert [r["lading_vs_celery_prefetch_4"] for r in results["ratios_per_round"]] == [1.0, 4.0, 4.0]
+    table = compare.render_table(results)
+    assert "| Lading | 1,000 | 2,000 (1,000 / 2,000 / 4,000) |" in table
+    assert "Each round (vs Celery prefetch 4 / vs Procrastinate concurrency 10): 1.00x / -x, 4.00x / -x" in table
