@@ -156,8 +156,12 @@ def _new_configuration() -> k8s_client.Configuration:
 
 async def load(kubeconfig: str | None) -> Cluster:
     """The cluster and credentials: `kubeconfig` if given, else in-cluster, else `$KUBECONFIG`."""
+    refused: kopf.LoginError | None = None
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return in_cluster()
+        try:
+            return in_cluster()
+        except kopf.LoginError as exc:  # a pod without a ServiceAccount token: a kubeconfig may still do
+            refused = exc
     if kubeconfig is None:
         kubeconfig = os.environ.get("KUBECONFIG") or KUBE_CONFIG_DEFAULT
         what = "not in a pod, and no $KUBECONFIG or ~/.kube/config"
@@ -165,7 +169,7 @@ async def load(kubeconfig: str | None) -> Cluster:
         what = f"cannot read kubeconfig {kubeconfig}"
     files = _existing(kubeconfig)
     if not files:
-        raise kopf.LoginError(f"no cluster found: {what}; pass --kubeconfig")
+        raise refused or kopf.LoginError(f"no cluster found: {what}; pass --kubeconfig")
     configuration = _new_configuration()
     try:
         loader = await k8s_config.load_kube_config(

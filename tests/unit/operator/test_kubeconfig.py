@@ -313,3 +313,20 @@ async def test_an_error_of_a_call_on_a_secret_never_carries_its_value() -> None:
             assert encoded in str(raw.value), "without mirroring's wrapper the answer would carry it"
     finally:
         await runner.cleanup()
+
+
+async def test_in_a_pod_without_a_service_account_token_the_kubeconfig_is_used(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = pathlib.Path(incluster_config.SERVICE_TOKEN_FILENAME)
+    if token.exists():  # noqa: ASYNC240
+        pytest.skip("this machine has a ServiceAccount token")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    with pytest.raises(kopf.LoginError, match="in-cluster service account unusable"):
+        await kube.load(None)
+    config = _kubeconfig({"server": "https://prod.example:6443"}, {"token": "t0ken"})
+    monkeypatch.setenv("KUBECONFIG", _write(tmp_path / "config", config))
+    cluster = await kube.load(None)
+    assert cluster.configuration.host == "https://prod.example:6443"
