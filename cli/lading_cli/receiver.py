@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", choices=adapters.NAMES, default=_DEFAULTS.adapter, help="ERP adapter")
     parser.add_argument(
         "--pool-size", type=int, default=_DEFAULTS.pool_max_size,
-        help=f"database connections, the most deliveries in a transaction at once (default {_DEFAULTS.pool_max_size})",
+        help=f"database connections, the group transactions among them (default {_DEFAULTS.pool_max_size})",
     )  # fmt: skip
     parser.add_argument(
         "--grace", type=float, default=_DEFAULTS.shutdown_grace_s,

@@ -6,8 +6,9 @@ deliveries carry it.
 
     settings.py   ReceiverSettings (tolerance, body limit, pool, timeouts) and the URL path
     app.py        the aiohttp handlers: checks in order, answers, health, metrics
-    inbox.py      the one transaction: inbox row + ERP effect, answered after commit
-    adapters.py   the ErpAdapter seam (prepare, apply) and its contract
+    inbox.py      the inbox transaction: inbox rows + ERP effects of a group of deliveries
+                  (GroupCommitter), each answered after the commit that holds it
+    adapters.py   the ErpAdapter seam (prepare, apply, optionally apply_many) and its contract
     ledger.py     the `ledger` adapter: invoices in the receiver's own table, deduplicated
                   by (tenant, supplier identity, invoice number)
     cleaning.py   InboxCleaner: deletes inbox rows past the retention (never inside the dedup window)
