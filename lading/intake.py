@@ -606,17 +606,16 @@ async def _submit_group(
     outcomes: list[Submission | Exception | None] = [None] * len(group)
     async with conn.transaction():
         await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
-        job_ids = await jobs.allocate_ids(conn, count=len(group))
-        claimed = await submissions.insert_many(conn, [
-            submissions.Claim(p.namespace, p.idempotency_key, p.request_digest, job_id)
-            for p, job_id in zip(group, job_ids, strict=True)
-        ])  # fmt: skip
+        claimed = await submissions.insert_many(
+            conn, [submissions.Claim(p.namespace, p.idempotency_key, p.request_digest) for p in group]
+        )
         repeats = [i for i, p in enumerate(group) if p.identity not in claimed]
         if repeats:
             stored = await submissions.get_many(conn, [group[i].identity for i in repeats])
             for i in repeats:
                 outcomes[i] = _repeat(group[i], stored.get(group[i].identity))
         fresh = [i for i, p in enumerate(group) if p.identity in claimed]
+        job_ids = {i: claimed[group[i].identity] for i in fresh}
         endpoints = {i: _endpoint(group[i]) for i in fresh}
         verdicts = await applying.check_documents(conn, [
             applying.DocumentCheck(
@@ -691,7 +690,7 @@ async def _append_to_rolling(
         batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings)
         room = settings.max_documents - holds
         keys = [documents[i][0].request.key for i in remaining]
-        taken = await submissions.keys_taken(conn, batch_id=batch_id, document_keys=keys)
+        taken = set() if holds == 0 else await submissions.keys_taken(conn, batch_id=batch_id, document_keys=keys)
         now: list[int] = []
         later: list[int] = []
         for i in remaining:

@@ -58,20 +58,18 @@ class Claim:
     namespace: str
     idempotency_key: str
     request_digest: str
-    job_id: JobId
 
 
-async def insert_many(conn: asyncpg.Connection, claims: Sequence[Claim]) -> set[tuple[str, str]]:
-    """Claim every (namespace, idempotency key) of `claims` (sorted here: one lock order); the
-    claimed ones. A key taken is left out (then `get_many` says by what); one being claimed by
-    another transaction is waited for."""
+async def insert_many(conn: asyncpg.Connection, claims: Sequence[Claim]) -> dict[tuple[str, str], JobId]:
+    """Claim every (namespace, idempotency key) of `claims` (sorted here: one lock order), each for a
+    new job id; the claimed ones with their job ids. A key taken is left out (then `get_many` says
+    by what); one being claimed by another transaction is waited for."""
     ordered = sorted(claims, key=lambda c: (c.namespace, c.idempotency_key))
     rows = await conn.fetch(
         queries.sql("submission_insert_many"),
         [c.namespace for c in ordered], [c.idempotency_key for c in ordered], [c.request_digest for c in ordered],
-        [c.job_id for c in ordered],
     )  # fmt: skip
-    return {(row["namespace"], row["idempotency_key"]) for row in rows}
+    return {(row["namespace"], row["idempotency_key"]): JobId(row["job_id"]) for row in rows}
 
 
 async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Stored]:

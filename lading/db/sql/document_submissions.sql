@@ -37,14 +37,16 @@ SELECT count(*)::bigint FROM gone;
 SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM document_submissions;
 
 -- name: submission_insert_many
--- Claim many (namespace $1[i], idempotency key $2[i]) for request digest $3[i] and job $4[i] at
--- once, in the order given (callers sort by namespace and key: one lock order). Returns the
--- claimed ones; a key taken already is left out, and one being claimed by another transaction
--- is waited for, as `submission_insert` does.
+-- Claim many (namespace $1[i], idempotency key $2[i]) for request digest $3[i] at once, each for a
+-- new job id, in the order given (callers sort by namespace and key: one lock order). Returns the
+-- claimed ones with their job ids; a key taken already is left out, and one being claimed by
+-- another transaction is waited for, as `submission_insert` does.
 INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+SELECT k.namespace, k.idempotency_key, k.request_digest, nextval('extraction_jobs_id_seq')
+  FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(namespace, idempotency_key, request_digest, n)
+ ORDER BY k.n
 ON CONFLICT (namespace, idempotency_key) DO NOTHING
-RETURNING namespace, idempotency_key;
+RETURNING namespace, idempotency_key, job_id;
 
 -- name: submission_get_many
 -- The submissions holding (namespace $1[i], idempotency key $2[i]), with their jobs' batches.
