@@ -115,19 +115,27 @@ async def test_an_unstorable_delivery_in_a_group_fails_alone_and_the_others_comm
 ) -> None:
     """A value the checks let through but the database refuses (a trigger raising a data error for
     one invoice number) fails that delivery alone with a 400; the rest of its group is booked."""
+    await serving.migrate(database_url)
     await db.execute(
-        """CREATE FUNCTION refuse_invoice() RETURNS trigger LANGUAGE plpgsql AS $$
+        """CREATE FUNCTION refuse_grouped_invoice() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN
              IF NEW.invoice_number = 'INV-OVERFLOW' THEN
                RAISE EXCEPTION 'numeric field overflow' USING ERRCODE = 'numeric_value_out_of_range';
              END IF;
              RETURN NEW;
-           END $$;"""
+           END $$;
+           CREATE TRIGGER refuse_grouped_invoice BEFORE INSERT ON ledger_invoices
+              FOR EACH ROW EXECUTE FUNCTION refuse_grouped_invoice();"""
     )
-    await serving.migrate(database_url)
-    await db.execute(
-        "CREATE TRIGGER refuse_invoice BEFORE INSERT ON ledger_invoices FOR EACH ROW EXECUTE FUNCTION refuse_invoice()"
-    )
+    try:
+        await _one_unstorable_in_a_group(db, database_url, secret)
+    finally:
+        await db.execute(
+            "DROP TRIGGER refuse_grouped_invoice ON ledger_invoices; DROP FUNCTION refuse_grouped_invoice()"
+        )
+
+
+async def _one_unstorable_in_a_group(db: asyncpg.Connection, database_url: str, secret: str) -> None:
     sends = [
         (deliveries.event_body(job_id=n, result=deliveries.invoice(number=f"INV-{n:04d}")), f"msg_{n:02d}")
         for n in range(10)
