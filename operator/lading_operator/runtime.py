@@ -91,11 +91,27 @@ class Runtime:
     mirrored: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     """(pool namespace, DeliveryEndpoint 'namespace/name') -> sha256 of the signing secret mirrored there
     (mirroring.py; a digest, never a value)."""
+    owned: dict[ObjectKey, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """(plural, namespace, name) -> the latest body of a Deployment or Service Lading manages, from kopf's
+    watch and from the operator's own writes (`remember`): what a pool step reads instead of a GET."""
     manifest_downloads: asyncio.Semaphore = dataclasses.field(init=False)
     """Permits to read a batch's document manifest (settings.max_concurrent_manifests)."""
 
     def __post_init__(self) -> None:
         self.manifest_downloads = asyncio.Semaphore(self.settings.max_concurrent_manifests)
+
+    def remember(self, plural: str, body: Any) -> None:
+        """Keep `body` as the latest of its object, unless a newer one is already kept (resourceVersion)."""
+        meta = body.get("metadata") or {}
+        key = (plural, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        kept = self.owned.get(key)
+        kept_version = (kept or {}).get("metadata", {}).get("resourceVersion")
+        if kept is not None and _newer(kept_version, meta.get("resourceVersion")):
+            return
+        self.owned[key] = dict(body)
+
+    def forget(self, plural: str, namespace: str, name: str) -> None:
+        self.owned.pop((plural, namespace, name), None)
 
     def wakeup(self, key: ObjectKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -145,3 +161,9 @@ class Runtime:
         for keys in list(self.waiting.values()):
             for key in list(keys):
                 self.wake(key)
+
+
+def _newer(kept: Any, incoming: Any) -> bool:
+    """Whether the kept resourceVersion is newer than the incoming one. resourceVersions are opaque; the
+    API server's are etcd revisions (integers), compared as such; anything else counts as not newer."""
+    return str(kept).isdigit() and str(incoming).isdigit() and int(kept) > int(incoming)

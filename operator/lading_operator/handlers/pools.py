@@ -1,5 +1,6 @@
 """kopf handlers of InferencePool: one reconcile daemon per pool, woken by its own changes and by
-any change of a Deployment or Service it owns (drift).
+any change of a Deployment or Service it owns (drift), whose latest body is kept (`runtime.owned`)
+so that a pool's steps read it without a GET.
 
 The owned-object watches ask the API server for Lading's objects only (`OWNED_SELECTOR` in kopf's
 `settings.watching.label_selectors`, see `select_owned`): the operator neither receives nor keeps the
@@ -44,13 +45,23 @@ def register(registry: kopf.OperatorRegistry, rt: runtime.Runtime) -> None:
         rt.wake_on_change(pools.key(namespace or "", name), token)
 
     @kopf.on.event("apps", "v1", "deployments", id="owned-deployment", labels=OWNED_LABELS, registry=registry)
-    async def owned_deployment(body: kopf.Body, **_: Any) -> None:
+    async def owned_deployment(body: kopf.Body, type: str | None, **_: Any) -> None:
+        _cache(rt, "deployments", body, type)
         pool = pools.owner_pool(body)
         if pool is not None:
             rt.wake(pool)
 
     @kopf.on.event("", "v1", "services", id="owned-service", labels=OWNED_LABELS, registry=registry)
-    async def owned_service(body: kopf.Body, **_: Any) -> None:
+    async def owned_service(body: kopf.Body, type: str | None, **_: Any) -> None:
+        _cache(rt, "services", body, type)
         pool = pools.owner_pool(body)
         if pool is not None:
             rt.wake(pool)
+
+
+def _cache(rt: runtime.Runtime, plural: str, body: kopf.Body, event: str | None) -> None:
+    """Keep what the watch says of an owned object (runtime.owned): pool steps read it instead of a GET."""
+    if event == "DELETED":  # deleted, or no longer labelled as Lading's: read it from the API server again
+        rt.forget(plural, str(body.metadata.namespace or ""), str(body.metadata.name or ""))
+    else:
+        rt.remember(plural, body)

@@ -7,13 +7,16 @@ them (pruning).
     every pool      worker Deployment (`lading worker --pool NAMESPACE/NAME`)
     scaling: keda   ScaledObject + TriggerAuthentication; KEDA owns the worker replicas
 
-Each step reads each object (one GET) and applies the whole rendering only when needed
+Each step reads each object (Deployments and Services from what kopf's watch and our own writes
+last said, `runtime.owned`, without a request; KEDA's kinds with a GET) and applies the whole
+rendering only when needed
 (`drift.up_to_date`): the object is missing, it was applied from another rendering (the hash
 annotation `lading.dev/applied-sha256` differs: the spec or the operator changed), or someone changed
 a field we render. The API server then removes what we applied before and no longer render (a removed
 `nodeSelector`). A DriftCorrected event is posted only for an object applied from the current
 rendering that someone changed, and only when the apply changed it back (its resourceVersion
-moved). A pool at rest costs one GET per owned object per step and no write.
+moved). A pool at rest costs no request for its Deployments and Services, one GET per KEDA object
+per step, and no write.
 
 Ownership is the controller owner reference to this pool (its uid). An object with one of our names
 that is not ours (made by hand, by another tool, or left by a deleted pool of the same name) is never
@@ -49,6 +52,8 @@ OWNED_KINDS = (
     ("keda.sh/v1alpha1", "triggerauthentications"),
 )
 """What a pool may own (rendering.py), for pruning and for the clean-up of a refused pool."""
+WATCHED = frozenset({"deployments", "services"})
+"""Owned kinds kopf watches (handlers/pools.py): read from `runtime.owned` when kept there, else with a GET."""
 
 ObjectId = tuple[str, str, str]
 """(apiVersion, plural, name) of an owned object in the pool's namespace."""
@@ -80,6 +85,11 @@ class Owned:
     @property
     def collection(self) -> str:
         return kube.path(self.api_version, self.plural, namespace=self.body["metadata"]["namespace"])
+
+    @property
+    def cache_key(self) -> runtime.ObjectKey:
+        meta = self.body["metadata"]
+        return (self.plural, str(meta["namespace"]), str(meta["name"]))
 
     @property
     def id(self) -> ObjectId:
@@ -135,7 +145,9 @@ async def ensure(
     the replicas of a Deployment whose count the builtin scaler writes (kept as they are live).
     Raises NotOwned for an object of that name that is not this pool's."""
     namespace, name = body.metadata.namespace, body.metadata.name
-    live = await rt.api.get(owned.path)
+    live = rt.owned.get(owned.cache_key) if owned.plural in WATCHED else None
+    if live is None:
+        live = await rt.api.get(owned.path)
     if live is not None and not _owned_by(live, uid=str(body.metadata.uid)):
         raise NotOwned(owned.plural, str(owned.body["metadata"]["name"]))
     if live is not None and drift.up_to_date(owned.body, live):
@@ -148,6 +160,8 @@ async def ensure(
         replicas = ((live or {}).get("spec") or {}).get("replicas", initial_replicas)
         desired = {**desired, "spec": {**desired["spec"], "replicas": replicas}}
     applied = await rt.api.apply(owned.path, desired)
+    if owned.plural in WATCHED:
+        rt.remember(owned.plural, applied)
     what = f"{owned.plural}/{owned.body['metadata']['name']}"
     if live is None:
         logger.info("pool %s/%s: created %s", namespace, name, what)
@@ -170,6 +184,7 @@ def _owned_by(live: dict[str, Any], *, uid: str) -> bool:
 async def remove_all(rt: runtime.Runtime, body: kopf.Body) -> None:
     """Delete the Lading-managed objects in the pool's namespace that this pool owns."""
     for api_version, plural, name in await _owned_objects(rt, body):
+        rt.forget(plural, str(body.metadata.namespace), name)
         if await rt.api.delete(kube.path(api_version, plural, namespace=str(body.metadata.namespace), name=name)):
             logger.info("pool %s/%s: refused; deleted %s %s", body.metadata.namespace, body.metadata.name,
                         plural, name)  # fmt: skip
@@ -182,6 +197,7 @@ async def prune(rt: runtime.Runtime, body: kopf.Body, *, keep: frozenset[ObjectI
     for api_version, plural, name in await _owned_objects(rt, body):
         if (api_version, plural, name) in keep:
             continue
+        rt.forget(plural, namespace, name)
         if await rt.api.delete(kube.path(api_version, plural, namespace=namespace, name=name)):
             logger.info("pool %s/%s: no longer rendered; deleted %s %s", namespace, body.metadata.name, plural, name)
             events.normal(body, reason=conditions.PRUNED, message=f"{plural}/{name} is no longer rendered: deleted")

@@ -79,7 +79,9 @@ class Scaler:
         decision, self.state = scaling.decide(pool.spec, signals, self.state)
         workers_now = current
         if not keda and decision.replicas != current:
-            await self.rt.api.merge_patch(live.worker_path, {"spec": {"replicas": decision.replicas}})
+            scaled = await self.rt.api.merge_patch(live.worker_path, {"spec": {"replicas": decision.replicas}})
+            if scaled is not None:
+                self.rt.remember("deployments", scaled)
             workers_now = decision.replicas
             events.normal(
                 self.body, reason=conditions.SCALED,
@@ -90,7 +92,9 @@ class Scaler:
                 "apps/v1", "deployments", namespace=str(self.body.metadata.namespace),
                 name=rendering.object_name(pool, "vllm"),
             )  # fmt: skip
-            await self.rt.api.merge_patch(engine_path, {"spec": {"replicas": decision.engine_replicas}})
+            scaled = await self.rt.api.merge_patch(engine_path, {"spec": {"replicas": decision.engine_replicas}})
+            if scaled is not None:
+                self.rt.remember("deployments", scaled)
         return Scaled(
             load=load, pausing=pausing, room=room, decision=decision,
             ready_replicas=ready_replicas, engine_desired=engine_desired, workers_now=workers_now,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
+from kmock._internal import enums
 from lading_operator import kube
 
 from tests.integration.operator import conftest
@@ -125,6 +126,9 @@ async def test_not_adopted_objects_stale_status_fields_and_equivalent_quantities
     applies = [r for r in list(emulator._requests)[since:]
                if r.name == "ext-worker" and "apply-patch" in r.headers.get("Content-Type", "")]  # fmt: skip
     assert applies == [], "an equivalent quantity is not drift"
+    # The pool read its worker Deployment from what the watch said, not with a GET.
+    reads = [r for r in list(emulator._requests)[since:] if r.name == "ext-worker" and r.method == enums.method.GET]
+    assert reads == []
     stored = emulator.stored(DEPLOYMENTS, NS, "ext-worker")
     assert stored is not None
     assert stored["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1024Mi"
