@@ -300,8 +300,11 @@ async def test_a_spent_money_budget_and_the_batch_cost_show_on_the_batch_and_the
         emulator, BATCHES, "acme", "b", lambda o: o.get("status", {}).get("phase") == "Running"
     )
     assert _condition(running, "BudgetExhausted")["reason"] == "WithinBudget"  # type: ignore[index]
-    # What finished attempts write (job_finish_many): the job's sum and the tenant's spend of the day.
+    # What finished attempts write (job_finish_many): the job's sum, the batch's running sum (batch_costs)
+    # and the tenant's spend of the day.
     await db.execute("UPDATE extraction_jobs SET cost = 0.6000001, cost_currency = 'USD' WHERE tenant = 'acme'")
+    await db.execute("INSERT INTO batch_costs (batch_id, currency, amount) SELECT batch_id, 'USD', sum(cost) "
+                     "FROM extraction_jobs WHERE tenant = 'acme' GROUP BY batch_id")  # fmt: skip
     await db.execute(
         "INSERT INTO tenant_spend (tenant, currency, day, amount) "
         "VALUES ('acme', 'USD', (clock_timestamp() AT TIME ZONE 'UTC')::date, 1.2000002)"
