@@ -16,7 +16,9 @@
 -- Bytes follow the document rows: a document row adds its bytes when it is inserted while its job
 -- is counted, and a job moving in or out of the counted states adds or removes its document's
 -- bytes. A document row is therefore inserted with its job (same statement) or after it, as every
--- acceptance path does; inserted before its job, its bytes would not be counted.
+-- acceptance path does; inserted before its job, its bytes would not be counted. The other table's
+-- rows are read by primary key, one per changed row (never a join the planner could turn into a
+-- scan of a large table).
 CREATE TABLE tenant_queued (
     tenant text   NOT NULL,
     jobs   bigint NOT NULL DEFAULT 0,
@@ -65,19 +67,44 @@ END $$;
 CREATE FUNCTION lading_tenant_queued_jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     changed text[];
+    counted_before_all boolean;
+    counted_before_none boolean;
+    counted_after_all boolean;
+    counted_after_none boolean;
 BEGIN
-    WITH added AS (
-        INSERT INTO tenant_queued (tenant, jobs, bytes)
-        SELECT n.tenant, sum(CASE WHEN lading_queued_state(n.state) THEN 1 ELSE -1 END),
-               coalesce(sum(CASE WHEN lading_queued_state(n.state) THEN d.bytes ELSE -d.bytes END), 0)
-          FROM lading_new_jobs n
-          JOIN lading_old_jobs o ON o.id = n.id
-          LEFT JOIN job_documents d ON d.job_id = n.id
-         WHERE lading_queued_state(n.state) <> lading_queued_state(o.state)
-         GROUP BY n.tenant
-        RETURNING tenant
-    )
-    SELECT array_agg(tenant) INTO changed FROM added;
+    -- Most updates move no job in or out of the counted states (a claim, a lease's renewal, a
+    -- finished job's later changes), and a worker's commit moves every job out: told apart by
+    -- scanning the two tables, so neither needs their join.
+    SELECT coalesce(bool_and(lading_queued_state(state)), true), NOT coalesce(bool_or(lading_queued_state(state)), false)
+      INTO counted_before_all, counted_before_none FROM lading_old_jobs;
+    SELECT coalesce(bool_and(lading_queued_state(state)), true), NOT coalesce(bool_or(lading_queued_state(state)), false)
+      INTO counted_after_all, counted_after_none FROM lading_new_jobs;
+    IF (counted_before_all AND counted_after_all) OR (counted_before_none AND counted_after_none) THEN
+        RETURN NULL;
+    END IF;
+    IF counted_before_all AND counted_after_none THEN
+        WITH added AS (
+            INSERT INTO tenant_queued (tenant, jobs, bytes)
+            SELECT n.tenant, -count(*), -coalesce(sum((SELECT d.bytes FROM job_documents d WHERE d.job_id = n.id)), 0)
+              FROM lading_new_jobs n
+             GROUP BY n.tenant
+            RETURNING tenant
+        )
+        SELECT array_agg(tenant) INTO changed FROM added;
+    ELSE
+        WITH added AS (
+            INSERT INTO tenant_queued (tenant, jobs, bytes)
+            SELECT n.tenant, sum(CASE WHEN lading_queued_state(n.state) THEN 1 ELSE -1 END),
+                   coalesce(sum((CASE WHEN lading_queued_state(n.state) THEN 1 ELSE -1 END)
+                                * (SELECT d.bytes FROM job_documents d WHERE d.job_id = n.id)), 0)
+              FROM lading_new_jobs n
+              JOIN lading_old_jobs o ON o.id = n.id
+             WHERE lading_queued_state(n.state) <> lading_queued_state(o.state)
+             GROUP BY n.tenant
+            RETURNING tenant
+        )
+        SELECT array_agg(tenant) INTO changed FROM added;
+    END IF;
     PERFORM lading_tenant_queued_fold(changed);
     RETURN NULL;
 END $$;
@@ -88,9 +115,8 @@ DECLARE
 BEGIN
     WITH added AS (
         INSERT INTO tenant_queued (tenant, jobs, bytes)
-        SELECT o.tenant, -count(*), -coalesce(sum(d.bytes), 0)
+        SELECT o.tenant, -count(*), -coalesce(sum((SELECT d.bytes FROM job_documents d WHERE d.job_id = o.id)), 0)
           FROM lading_old_jobs o
-          LEFT JOIN job_documents d ON d.job_id = o.id
          WHERE lading_queued_state(o.state)
          GROUP BY o.tenant
         RETURNING tenant
@@ -108,7 +134,7 @@ BEGIN
         INSERT INTO tenant_queued (tenant, bytes)
         SELECT j.tenant, sum(n.bytes)
           FROM lading_new_documents n
-          JOIN extraction_jobs j ON j.id = n.job_id
+          CROSS JOIN LATERAL (SELECT tenant, state FROM extraction_jobs WHERE id = n.job_id LIMIT 1) j
          WHERE lading_queued_state(j.state)
          GROUP BY j.tenant
         RETURNING tenant
@@ -127,7 +153,7 @@ BEGIN
         SELECT j.tenant, sum(n.bytes - o.bytes)
           FROM lading_new_documents n
           JOIN lading_old_documents o ON o.job_id = n.job_id
-          JOIN extraction_jobs j ON j.id = n.job_id
+          CROSS JOIN LATERAL (SELECT tenant, state FROM extraction_jobs WHERE id = n.job_id LIMIT 1) j
          WHERE n.bytes <> o.bytes AND lading_queued_state(j.state)
          GROUP BY j.tenant
         RETURNING tenant
@@ -145,7 +171,7 @@ BEGIN
         INSERT INTO tenant_queued (tenant, bytes)
         SELECT j.tenant, -sum(o.bytes)
           FROM lading_old_documents o
-          JOIN extraction_jobs j ON j.id = o.job_id
+          CROSS JOIN LATERAL (SELECT tenant, state FROM extraction_jobs WHERE id = o.job_id LIMIT 1) j
          WHERE lading_queued_state(j.state)
          GROUP BY j.tenant
         RETURNING tenant
