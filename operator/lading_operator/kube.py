@@ -67,6 +67,8 @@ RETRY_AFTER_MAX_S = 10.0
 """The longest wait one Retry-After may impose; a longer one is cut to this."""
 RETRY_DEFAULT_S = 1.0
 """The wait after a 429 without Retry-After."""
+EXPIRED = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+"""An exec credential's expiry that makes kubernetes_asyncio's loader run the plugin again."""
 NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -88,6 +90,8 @@ class Cluster:
     """kubernetes_asyncio's KubeConfigLoader when loaded from a kubeconfig."""
     in_cluster: Any = None
     """kubernetes_asyncio's InClusterConfigLoader when loaded in a pod."""
+    _renewing: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False)
+    """One renewal at a time: concurrent calls that find the credential expired run the plugin once."""
 
     def __post_init__(self) -> None:
         if self.loader is not None and self._exec_plugin():
@@ -99,18 +103,26 @@ class Cluster:
 
     async def _renew_exec_credential(self, configuration: k8s_client.Configuration, *_: Any) -> None:
         """Run the exec plugin again once the credential it printed has expired."""
-        expiry = getattr(self.loader, "exec_plugin_expiry", None)
-        if expiry is not None and _expired(expiry):
-            await self.refresh()
+        if not _expired(getattr(self.loader, "exec_plugin_expiry", None), unset=False):
+            return
+        async with self._renewing:
+            if _expired(getattr(self.loader, "exec_plugin_expiry", None), unset=False):  # not renewed meanwhile
+                await self._reload()
 
     async def refresh(self) -> None:
         """Load the credentials again (after a 401, or an expired exec credential)."""
+        async with self._renewing:
+            await self._reload()
+
+    async def _reload(self) -> None:
         if self.loader is not None:
-            if self._exec_plugin():
-                with contextlib.suppress(AttributeError):
-                    del self.loader.exec_plugin_expiry  # the loader skips the plugin while it is set
+            exec_plugin = self._exec_plugin()
+            if exec_plugin:  # the loader runs the plugin again only once the expiry it holds has passed
+                self.loader.exec_plugin_expiry = EXPIRED
             await self.loader.load_and_set(self.configuration)
-            if self._exec_plugin():
+            if exec_plugin:
+                if getattr(self.loader, "exec_plugin_expiry", None) is EXPIRED:  # the plugin gave no expiry
+                    del self.loader.exec_plugin_expiry
                 self.configuration.refresh_api_key_hook = self._renew_exec_credential
         elif self.in_cluster is not None:
             self.in_cluster.load_and_set(self.configuration)  # reads the token file again, now
@@ -140,9 +152,10 @@ class Cluster:
         )
 
 
-def _expired(expiry: Any) -> bool:
+def _expired(expiry: Any, *, unset: bool = True) -> bool:
+    """Whether a credential expiring at `expiry` is (about to be) expired; `unset`: what no expiry means."""
     if not isinstance(expiry, datetime.datetime):
-        return True
+        return unset
     now = datetime.datetime.now(tz=expiry.tzinfo or datetime.UTC)
     return now >= expiry - datetime.timedelta(seconds=10)
 

@@ -68,17 +68,21 @@ import datetime, json, pathlib, sys
 counter = pathlib.Path(sys.argv[1])
 n = int(counter.read_text()) + 1 if counter.exists() else 1
 counter.write_text(str(n))
-expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=float(sys.argv[2]))
+lifetime = float(sys.argv[2]) if n == 1 or sys.argv[3:] != ["first"] else 3600.0
+expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=lifetime)
 status = {"token": f"from-plugin-{n}", "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}
 print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": status}))
 """
 
 
-def _exec_kubeconfig(tmp_path: pathlib.Path, server: str, *, lifetime_s: float) -> str:
+def _exec_kubeconfig(tmp_path: pathlib.Path, server: str, *, lifetime_s: float, first_only: bool = False) -> str:
+    """A kubeconfig whose exec plugin prints `from-plugin-<run>` valid `lifetime_s` (the first run only
+    with `first_only`; later ones an hour)."""
     script = tmp_path / "plugin.py"
     script.write_text(PLUGIN)
+    args = [str(script), str(tmp_path / "runs"), str(lifetime_s), *(["first"] if first_only else [])]
     user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
-                     "args": [str(script), str(tmp_path / "runs"), str(lifetime_s)]}}  # fmt: skip
+                     "args": args}}  # fmt: skip
     return _write(tmp_path / "config", _kubeconfig({"server": server}, user))
 
 
@@ -108,6 +112,17 @@ async def test_an_expired_exec_credential_is_renewed_before_the_next_call(tmp_pa
             for _ in range(2):
                 await api.get(kube.path("v1", "secrets", namespace="acme", name="none"))
         assert _authorizations(emulator) == ["Bearer from-plugin-2", "Bearer from-plugin-3"]
+
+
+async def test_concurrent_calls_renew_an_expired_exec_credential_once(tmp_path: pathlib.Path) -> None:
+    async with kube_emulator.serving(validate=False) as emulator:
+        server = str(emulator.servers[0].url).rstrip("/")
+        cluster = await kube.load(_exec_kubeconfig(tmp_path, server, lifetime_s=0, first_only=True))
+        async with kube.Client(cluster) as api:
+            path = kube.path("v1", "secrets", namespace="acme", name="none")
+            await asyncio.gather(*(api.get(path) for _ in range(5)))
+        assert _authorizations(emulator) == ["Bearer from-plugin-2"] * 5
+        assert (tmp_path / "runs").read_text() == "2"
 
 
 # --- TLS: a CA named relative to the kubeconfig, and the in-cluster ServiceAccount.
