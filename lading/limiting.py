@@ -24,18 +24,29 @@ Tokens are counted the way the provider counts them (`limits.tokenAccounting`):
 Either way a request that timed out after it was sent keeps its reservation (it may have been
 consumed). The reservation is estimated from the real request: the prompt's instructions,
 schema and delimiters (measured once per schema) plus the document, plus the request's own
-output budget (doubled on a retry after a truncated answer). Where the provider sends
-`x-ratelimit-remaining-*` / `x-ratelimit-reset-*` headers, they tighten the local view when they
-show less room than it does (`observe`).
+output budget (doubled on a retry after a truncated answer). The prompt estimate (characters at
+3 per token, on the large side) is then corrected by what the provider reports it counted
+(`PromptEstimator`: per pool and schema, the highest ratio of reported to estimated prompt tokens
+among the last 256 answers, plus 1 %; kept in `limiter_estimates` so that every replica, and a
+restarted one, starts from it). Where the provider sends `x-ratelimit-remaining-*` /
+`x-ratelimit-reset-*` headers, they tighten the local view when they show less room than it
+does (`observe`).
 
-Inside one process only one task asks the database at a time (a FIFO lock per pool), and it asks
-for everyone queued behind it at once: one query grants as many of the waiting attempts as fit,
+Inside one process only one task asks the database at a time (`_serve`, one per pool), and it
+asks for everyone queued at once: one query grants as many of the waiting attempts as fit,
 in arrival order. So a worker with 100 concurrent attempts costs the database one query per
 batch of grants, not a hundred pollers. When only the concurrency limit refuses, the asker waits
-for a release: its own process's releases wake it directly, other replicas' through a NOTIFY on
-the `lading_limiter` channel (with a short poll as the fallback if LISTEN is unavailable). The
-per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a bounded
-number of rows whatever the pool's rate.
+for a release and does not ask again before one is heard of:
+
+- a process that releases a permit while attempts of its own wait hands the slot to them in the
+  same call (`limiter_release_acquire`): one round trip, no wake-up elsewhere. At most
+  `handoff_streak` releases in a row do so; the next one frees the slot for every replica, so a
+  replica whose attempts wait is not starved by one that keeps its slots busy;
+- a release that hands nothing over NOTIFYs the `lading_limiter` channel, which wakes every
+  replica's asker (with a short poll as the fallback if LISTEN is unavailable).
+
+The per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a
+bounded number of rows whatever the pool's rate.
 
 Requests are also paced to at most requestsPerMinute/60 in any second (at least one): hosted
 APIs enforce per-minute limits over shorter periods as well, and a minute's budget sent in
@@ -78,6 +89,17 @@ PROMPT_OVERHEAD_TOKENS = 600
 """For a provider that cannot estimate its own request: instructions, schema and delimiters."""
 MAX_BATCH = 64
 """The most waiting attempts one query asks permits for."""
+ESTIMATE_SAMPLES = 256
+"""The answers a `PromptEstimator` keeps: its factor is the highest ratio among them."""
+ESTIMATE_MARGIN = 0.01
+"""Added to the highest ratio seen: a prompt is reserved at 1 % more than the most the provider
+counted, per estimated token, over the last `ESTIMATE_SAMPLES` answers."""
+ESTIMATE_MIN_SAMPLES = 8
+"""Until a process has seen this many answers of a schema, its factor is never below the one
+recorded for the pool (or, with none recorded, below the conservative default, 1.0)."""
+ESTIMATE_BOUNDS = (0.5, 8.0)
+"""The factor's bounds: a provider reporting nonsense can neither halve reservations more than
+once (6 characters per token) nor make them more than 8 times the estimate."""
 MINUTE_ENV = "LADING_LIMITER_MINUTE_S"
 """A scaled minute for tests against a stub with a scaled window (`LimiterSettings.from_environment`)."""
 
@@ -129,6 +151,10 @@ class LimiterSettings:
     """How often a process deletes permits that no longer count and re-reads the pool's limits."""
     max_batch: int = MAX_BATCH
     """The most waiting attempts of one process granted by one query."""
+    handoff_streak: int = 8
+    """The most releases in a row of one process that hand their slot straight to its own waiting
+    attempts; the next one frees the slot for every replica (NOTIFY), which all ask for it. 0: never
+    hand over (every release wakes every replica)."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""
@@ -158,10 +184,49 @@ class Reservation:
     """The estimated prompt: instructions, schema, delimiters and the document."""
     output_tokens: int
     """The request's output budget (`max_tokens`), as the provider will count it."""
+    estimated_prompt_tokens: int | None = None
+    """The prompt as estimated locally, before the learned correction (`PoolLimiter.estimate`);
+    None: `prompt_tokens` is that estimate."""
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.output_tokens
+
+
+class PromptEstimator:
+    """What a pool's provider counts for a prompt of one schema, learned from its answers: the factor
+    by which the local estimate (characters at `CHARS_PER_TOKEN`) is multiplied.
+
+    The factor is the highest ratio of reported to estimated prompt tokens among the last
+    `ESTIMATE_SAMPLES` answers, plus `ESTIMATE_MARGIN`, within `ESTIMATE_BOUNDS`: a reservation
+    converges to what the provider counts and stays above it for every request like the recent
+    ones. A request the provider counts more than that for is counted in full once its answer is
+    in (`PoolLimiter.counted_tokens`). Until `ESTIMATE_MIN_SAMPLES` answers are in, the factor is
+    never below `floor` (the one recorded for the pool, or 1.0)."""
+
+    def __init__(self, *, floor: float = 1.0, samples: int = ESTIMATE_SAMPLES) -> None:
+        self.floor = floor
+        self._ratios: collections.deque[float] = collections.deque(maxlen=samples)
+        self.learned = 0
+        """Answers learned from since the start."""
+
+    def observe(self, *, estimated: int, reported: int) -> None:
+        """One answer: the provider reported `reported` prompt tokens where `estimated` were estimated."""
+        if estimated > 0 and reported > 0:
+            self._ratios.append(reported / estimated)
+            self.learned += 1
+
+    @property
+    def factor(self) -> float:
+        low, high = ESTIMATE_BOUNDS
+        factor = max(self._ratios) * (1 + ESTIMATE_MARGIN) if self._ratios else self.floor
+        if len(self._ratios) < ESTIMATE_MIN_SAMPLES:
+            factor = max(factor, self.floor)
+        return min(high, max(low, factor))
+
+    def tokens(self, estimated: int) -> int:
+        """The prompt tokens to reserve for a prompt estimated at `estimated`."""
+        return math.ceil(estimated * self.factor)
 
 
 @runtime_checkable
@@ -202,6 +267,8 @@ class _Waiter:
     fence: int
     tokens: int
     granted: asyncio.Future[Permit]
+    asking: bool = False
+    """A query that may grant it is in flight (the asker's or a release's): no other asks for it."""
 
 
 class PoolLimiter:
@@ -219,13 +286,20 @@ class PoolLimiter:
         self.pool = pool
         self.limits = limits
         self.settings = settings or LimiterSettings.from_environment()
-        self._asking = asyncio.Lock()  # FIFO: waiters are served in arrival order
+        self._server: asyncio.Task[None] | None = None  # asks for the queue's waiters while any wait
         self._queue: collections.deque[_Waiter] = collections.deque()  # waiting attempts, in arrival order
         self._last_prune = time.monotonic()  # limits were just given; the first refresh is due later
-        self._released = asyncio.Event()  # set by a release in this process or heard from another
+        self._seq = 0  # counts the releases heard of (here without a hand-over, or in another replica)
+        self._wake = asyncio.Event()  # set with every such release, and when a release here granted permits
+        self._full_seq: int | None = None  # `_seq` when the last answer refused for concurrency alone
+        self._handoffs = 0  # releases in a row that handed their slot to a waiter here
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listening = False
         self._settling: set[asyncio.Task[None]] = set()
+        self._estimators: dict[str, PromptEstimator] = {}
+        self._recorded: dict[str, tuple[float, int]] = {}  # schema -> (factor, learned) last written
+        self._estimates_loaded = False
+        self._loading = asyncio.Lock()
 
     @property
     def per_second(self) -> int:
@@ -233,7 +307,14 @@ class PoolLimiter:
         return max(1, int(self.limits.requests_per_minute * self.settings.burst_s / self.settings.minute_s))
 
     async def close(self) -> None:
-        """Stop listening for other replicas' releases and give the connection back."""
+        """Record what was learned of the provider's counting, stop listening for other replicas'
+        releases and give the connection back."""
+        if self._server is not None:
+            self._server.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._server
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            await self._record_estimates()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             try:
@@ -253,13 +334,96 @@ class PoolLimiter:
 
     def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload == self.pool:
-            self._released.set()
+            self._released()
+
+    def _released(self) -> None:
+        """A permit was released and its slot left free: the next ask may be granted."""
+        self._seq += 1
+        self._wake.set()
+
+    # -- the prompt estimate ------------------------------------------------------------------
+
+    async def estimate(self, reservation: Reservation, *, schema: str) -> Reservation:
+        """`reservation` with its prompt corrected by what the provider was seen to count for prompts
+        of `schema` (`PromptEstimator`); the local estimate is kept as `estimated_prompt_tokens`."""
+        if not self._estimates_loaded:
+            await self._load_estimates()
+        estimated = reservation.prompt_tokens
+        return dataclasses.replace(
+            reservation, prompt_tokens=self._estimator(schema).tokens(estimated), estimated_prompt_tokens=estimated
+        )
+
+    def learn(self, reservation: Reservation, *, schema: str, tokens_in: int | None) -> None:
+        """An answer reported `tokens_in` prompt tokens for a request reserved as `reservation`."""
+        if tokens_in is None:
+            return
+        estimated = reservation.estimated_prompt_tokens
+        if estimated is None:
+            estimated = reservation.prompt_tokens
+        estimator = self._estimator(schema)
+        estimator.observe(estimated=estimated, reported=tokens_in)
+        if estimator.learned == ESTIMATE_MIN_SAMPLES:
+            # Recorded as soon as it means something (then every prune_every_s and at close), so that
+            # a worker that is killed early still leaves it for the next.
+            self._settling.add(task := asyncio.create_task(self._record_estimates_quietly()))
+            task.add_done_callback(self._settling.discard)
+
+    def prompt_factor(self, schema: str) -> float:
+        """The factor the prompt estimate of `schema` is multiplied by now."""
+        return self._estimator(schema).factor
+
+    def _estimator(self, schema: str) -> PromptEstimator:
+        estimator = self._estimators.get(schema)
+        if estimator is None:
+            estimator = self._estimators[schema] = PromptEstimator()
+        return estimator
+
+    async def _load_estimates(self) -> None:
+        """Once: start from what the pool's workers recorded (a failure leaves the defaults)."""
+        async with self._loading:
+            if self._estimates_loaded:
+                return
+            try:
+                async with self.db.acquire() as conn:
+                    recorded = await limiter.estimates(conn, pool=self.pool)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("Cannot read pool %s's prompt estimates, starting from the default: %s", self.pool, exc)
+                recorded = {}
+            low, high = ESTIMATE_BOUNDS
+            for schema, (factor, _samples) in recorded.items():
+                self._estimator(schema).floor = min(high, max(low, factor))
+            self._estimates_loaded = True
+
+    async def _record_estimates_quietly(self) -> None:
+        try:
+            await self._record_estimates()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("Cannot record pool %s's prompt estimates (recorded later): %s", self.pool, exc)
+
+    async def _record_estimates(self) -> None:
+        """Write the factors learned from at least `ESTIMATE_MIN_SAMPLES` answers that changed since."""
+        changed = [
+            (schema, estimator.factor, estimator.learned)
+            for schema, estimator in self._estimators.items()
+            if estimator.learned >= ESTIMATE_MIN_SAMPLES
+            and self._recorded.get(schema, (None, 0)) != (estimator.factor, estimator.learned)
+        ]
+        if not changed:
+            return
+        async with self.db.acquire() as conn:
+            for schema, factor, learned in changed:
+                await limiter.record_estimate(
+                    conn, pool=self.pool, schema=schema, factor=factor, samples=min(learned, ESTIMATE_SAMPLES)
+                )
+                self._recorded[schema] = (factor, learned)
+
+    # -- permits ------------------------------------------------------------------------------
 
     async def acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit:
         """Wait until the pool admits one more request of `tokens` tokens; return its permit.
 
-        The task holding the asking lock asks for everyone queued (up to `max_batch`, in arrival
-        order); a waiter granted by someone else's query finds its permit when its turn comes."""
+        One task per process and pool (`_serve`) asks for everyone queued (up to `max_batch`, in
+        arrival order); a release here may grant waiters too. Each waiter only waits for its permit."""
         # A single document larger than a whole minute's budget could never be admitted; it is
         # let through alone (the window otherwise empty) instead of waiting forever.
         tokens = min(tokens, self.limits.tokens_per_minute)
@@ -267,49 +431,108 @@ class PoolLimiter:
         await self._listen()
         waiter = _Waiter(job_id, fence, tokens, asyncio.get_running_loop().create_future())
         self._queue.append(waiter)
+        if self._server is None or self._server.done():
+            self._server = asyncio.create_task(self._serve())
         try:
-            async with self._asking:
-                while not waiter.granted.done():
-                    await self._serve_queue()
+            permit = await waiter.granted
         except BaseException:
             self._abandon(waiter)
             raise
         metrics.LIMITER_WAIT.labels(self.pool).observe(time.monotonic() - started)
-        return waiter.granted.result()
+        return permit
+
+    async def _serve(self) -> None:
+        """Ask for the waiting attempts, round after round, while any wait. A failed ask (the database
+        is unreachable) fails the waiter at the head of the queue; the others wait on."""
+        while any(not w.granted.done() for w in self._queue):
+            try:
+                await self._serve_queue()
+            except Exception as exc:  # handed to the waiter whose ask failed
+                head = next((w for w in self._queue if not w.granted.done()), None)
+                if head is not None:
+                    self._queue.remove(head)
+                    head.granted.set_exception(exc)
 
     def _abandon(self, waiter: _Waiter) -> None:
         """A waiter gave up (cancelled, or the database failed): out of the queue, and a permit granted
-        to it in the meantime goes back."""
+        to it in the meantime goes back (one granted later, by a query in flight now, too: `_resolve`)."""
         with contextlib.suppress(ValueError):
             self._queue.remove(waiter)
         if waiter.granted.done() and not waiter.granted.cancelled() and waiter.granted.exception() is None:
-            permit = waiter.granted.result()
-            self._settling.add(task := asyncio.create_task(self.release(permit, tokens_used=None)))
-            task.add_done_callback(self._settling.discard)
+            self._give_back(waiter.granted.result())
         else:
             waiter.granted.cancel()
 
-    async def _serve_queue(self) -> None:
-        """One ask for the head of the queue; grants resolve their waiters, a refusal waits."""
-        self._released.clear()
-        batch = [w for w in list(self._queue)[: self.settings.max_batch] if not w.granted.done()]
-        if not batch:
-            return
-        permits, refusal = await self.try_acquire_many([(w.job_id, w.fence, w.tokens) for w in batch])
+    def _give_back(self, permit: Permit) -> None:
+        self._settling.add(task := asyncio.create_task(self.release(permit, tokens_used=None)))
+        task.add_done_callback(self._settling.discard)
+
+    def _batch(self) -> list[_Waiter]:
+        """The first `max_batch` waiters no query in flight asks for, in arrival order."""
+        batch: list[_Waiter] = []
+        for waiter in self._queue:
+            if not waiter.asking and not waiter.granted.done():
+                batch.append(waiter)
+                if len(batch) == self.settings.max_batch:
+                    break
+        return batch
+
+    def _resolve(self, batch: Sequence[_Waiter], permits: Sequence[Permit]) -> None:
+        """Hand the granted permits (a prefix of `batch`) to their waiters; one whose waiter gave up
+        meanwhile goes back."""
         for waiter, permit in zip(batch, permits, strict=False):
-            self._queue.remove(waiter)
-            waiter.granted.set_result(permit)
+            with contextlib.suppress(ValueError):
+                self._queue.remove(waiter)
+            if waiter.granted.done():
+                self._give_back(permit)
+            else:
+                waiter.granted.set_result(permit)
+
+    def _note(self, refusal: Refusal | None, *, seq: int) -> None:
+        """Remember whether the pool was full when asked (at release count `seq`)."""
+        if refusal is not None and refusal.reason == "concurrency":
+            if self._seq == seq:
+                self._full_seq = seq
+        else:
+            self._full_seq = None
+
+    async def _serve_queue(self) -> None:
+        """One round for the head of the queue: ask for it and everyone behind it, or, while the pool
+        is known to be full, wait for a release."""
+        if self._full_seq is not None and self._full_seq == self._seq:
+            # Full at the last answer and no release heard of since: asking again now would be refused.
+            # Wait for a release (elsewhere: NOTIFY; here: it may hand this waiter its permit), with a
+            # jittered poll as the fallback.
+            self._wake.clear()
+            poll = self.settings.concurrency_poll_s * (0.5 + random.random())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll)
+            if self._full_seq == self._seq:
+                self._full_seq = None  # nothing heard of (or a grant here): ask at the next round anyway
+            return
+        batch = self._batch()
+        if not batch:
+            # Every waiter in front is asked for by a release here: its answer wakes this one.
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.concurrency_poll_s)
+            return
+        seq = self._seq
+        for waiter in batch:
+            waiter.asking = True
+        try:
+            permits, refusal = await self.try_acquire_many([(w.job_id, w.fence, w.tokens) for w in batch])
+        finally:
+            for waiter in batch:
+                waiter.asking = False
+        self._resolve(batch, permits)
+        self._note(refusal, seq=seq)
         if refusal is None:
             return
         metrics.LIMITER_REFUSALS.labels(self.pool, refusal.reason).inc()
-        if permits:
-            return  # the next in line asks again at once: the refusal was computed for it, though
-        if refusal.reason == "concurrency":
-            # A release (here or in another replica) is what can change the answer.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._released.wait(), refusal.retry_in_s)
-        else:
-            await asyncio.sleep(refusal.retry_in_s)
+        if permits or refusal.reason == "concurrency":
+            return  # the next in line asks again at once, or (full) waits for a release
+        await asyncio.sleep(refusal.retry_in_s)
 
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
         """Ask once for one permit: the permit, or why not and when to ask again."""
@@ -319,33 +542,41 @@ class PoolLimiter:
         assert refusal is not None
         return refusal
 
+    def _limits_args(self) -> dict[str, Any]:
+        limits = self.limits
+        return {
+            "requests_per_minute": limits.requests_per_minute,
+            "tokens_per_minute": limits.tokens_per_minute,
+            "max_concurrency": limits.max_concurrency,
+            "permit_ttl_s": self.settings.permit_ttl_s,
+            "window_s": self.settings.window_s,
+            "per_second": self.per_second,
+        }
+
+    def _asked(self, asked: Sequence[tuple[JobId, int, int]]) -> list[tuple[JobId, int, int]]:
+        return [(j, f, min(t, self.limits.tokens_per_minute)) for j, f, t in asked]
+
     async def try_acquire_many(
             self, asked: Sequence[tuple[JobId, int, int]]
     ) -> tuple[list[Permit], Refusal | None]:
         """Ask once for permits of (job, fence, tokens), in order: those granted (a prefix), and why
         the next one was not (None when all were granted)."""
-        limits = self.limits
-        tokens = [min(t, limits.tokens_per_minute) for _, _, t in asked]
+        asked = self._asked(asked)
         async with self.db.acquire() as conn:
             try:
-                grant = await limiter.try_acquire_many(
-                    conn,
-                    pool=self.pool,
-                    asked=[(j, f, t) for (j, f, _), t in zip(asked, tokens, strict=True)],
-                    requests_per_minute=limits.requests_per_minute,
-                    tokens_per_minute=limits.tokens_per_minute,
-                    max_concurrency=limits.max_concurrency,
-                    permit_ttl_s=self.settings.permit_ttl_s,
-                    window_s=self.settings.window_s,
-                    per_second=self.per_second,
-                )
+                grant = await limiter.try_acquire_many(conn, pool=self.pool, asked=asked, **self._limits_args())
             except asyncpg.NoDataFoundError as exc:
                 raise LookupError(str(exc)) from None
+        await self._maybe_prune()
+        return self._answer(grant, [t for _, _, t in asked])
+
+    def _answer(self, grant: limiter.Grant, tokens: Sequence[int]) -> tuple[list[Permit], Refusal | None]:
+        """The permits of a grant for `tokens`, and why the next one was refused (None: all granted)."""
+        limits = self.limits
         if grant.cooling:
             return [], Refusal("cooldown", min(grant.cooldown_left_s, self.settings.max_wait_step_s))
-        await self._maybe_prune()
         permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(grant.permit_ids, tokens, strict=False)]
-        if len(permits) == len(asked):
+        if len(permits) == len(tokens):
             return permits, None
         next_tokens = tokens[len(permits)]
         window_frees_in = max(0.001, grant.window_frees_in_s or 0.0)
@@ -382,10 +613,48 @@ class PoolLimiter:
         return tokens_in + tokens_out
 
     async def release(self, permit: Permit, *, tokens_used: int | None) -> None:
-        """Free the in-flight permit; `tokens_used` replaces the reservation in the window (None keeps it)."""
-        async with self.db.acquire() as conn:
-            await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
-        self._released.set()
+        """Free the in-flight permit; `tokens_used` replaces the reservation in the window (None keeps it).
+
+        With attempts of this process waiting, the same call asks for them (`handoff_streak` times in
+        a row at most): the slot goes to the next of them without a wake-up in any replica. Otherwise,
+        or when nothing was granted, every replica's asker is woken (NOTIFY)."""
+        handing_over = self._handoffs < self.settings.handoff_streak
+        batch = self._batch() if handing_over else []
+        if not batch:
+            self._handoffs = 0
+            async with self.db.acquire() as conn:
+                await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
+            if handing_over or self._listener is None:
+                self._released()
+            # else: after a streak of hand-overs the asker here is woken by the NOTIFY, like every
+            # other replica's, so that one of theirs may take the slot.
+            return
+        seq = self._seq
+        asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
+        for waiter in batch:
+            waiter.asking = True
+        try:
+            async with self.db.acquire() as conn:
+                try:
+                    grant: limiter.Grant | None = await limiter.release_and_acquire_many(
+                        conn, permit_id=permit.id, tokens_used=tokens_used, pool=self.pool, asked=asked,
+                        **self._limits_args(),
+                    )  # fmt: skip
+                except asyncpg.NoDataFoundError:  # the pool is gone: release alone
+                    await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
+                    grant = None
+        finally:
+            for waiter in batch:
+                waiter.asking = False
+        permits, refusal = ([], None) if grant is None else self._answer(grant, [t for _, _, t in asked])
+        self._resolve(batch, permits)
+        if permits:
+            self._handoffs += 1
+            self._note(refusal, seq=seq)
+            self._wake.set()  # the asker may be among those granted
+        else:
+            self._handoffs = 0
+            self._released()
 
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.
@@ -424,6 +693,7 @@ class PoolLimiter:
         if now - self._last_prune < self.settings.prune_every_s:
             return
         self._last_prune = now
+        await self._record_estimates()
         async with self.db.acquire() as conn:
             await limiter.prune_permits(conn, pool=self.pool)
             await limiter.prune_seconds(conn, pool=self.pool)

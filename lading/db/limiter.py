@@ -1,6 +1,7 @@
 """
-Repository of the distributed admission limiter (`sql/limiter.sql`; tables limiter_permits and
-limiter_seconds, the pool's cooldown in pools; functions of migrations 0011 and 0014).
+Repository of the distributed admission limiter (`sql/limiter.sql`; tables limiter_permits,
+limiter_seconds and limiter_estimates, the pool's cooldown in pools; functions of migrations
+0011, 0014 and 0028).
 
 What the limiter decides from these answers, and why, is `lading.limiting`.
 """
@@ -54,6 +55,37 @@ async def try_acquire_many(
         requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second,
     )  # fmt: skip
     assert row is not None
+    return _grant(row)
+
+
+async def release_and_acquire_many(
+        conn: asyncpg.Connection,
+        *,
+        permit_id: int,
+        tokens_used: int | None,
+        pool: PoolName,
+        asked: Sequence[tuple[JobId, int, int]],
+        requests_per_minute: int,
+        tokens_per_minute: int,
+        max_concurrency: int,
+        permit_ttl_s: float,
+        window_s: float,
+        per_second: int,
+) -> Grant:
+    """`release` and `try_acquire_many` in one call: the slot goes to the asked permits first. Only a
+    release that grants nothing wakes the other processes (NOTIFY lading_limiter).
+    `asyncpg.NoDataFoundError` (nothing released) when the pool is not registered."""
+    row = await conn.fetchrow(
+        queries.sql("limiter_release_acquire"),
+        permit_id, tokens_used,
+        pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
+        requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second,
+    )  # fmt: skip
+    assert row is not None
+    return _grant(row)
+
+
+def _grant(row: asyncpg.Record) -> Grant:
     return Grant(
         permit_ids=tuple(row["permit_ids"] or ()),
         cooling=row["cooling"],
@@ -118,3 +150,16 @@ async def usage(conn: asyncpg.Connection, *, pool: PoolName, window_s: float) ->
     row = await conn.fetchrow(queries.sql("limiter_usage"), pool, window_s)
     assert row is not None
     return int(row["requests"]), int(row["tokens"]), int(row["in_flight"])
+
+
+async def estimates(conn: asyncpg.Connection, *, pool: PoolName) -> dict[str, tuple[float, int]]:
+    """What the pool's provider was seen to count for a prompt: schema -> (factor, answers learned from)."""
+    rows = await conn.fetch(queries.sql("limiter_estimates_of_pool"), pool)
+    return {row["schema"]: (float(row["factor"]), int(row["samples"])) for row in rows}
+
+
+async def record_estimate(
+        conn: asyncpg.Connection, *, pool: PoolName, schema: str, factor: float, samples: int
+) -> None:
+    """Record the factor learned for the pool and schema from `samples` answers (the latest view wins)."""
+    await conn.execute(queries.sql("limiter_estimate_upsert"), pool, schema, factor, samples)

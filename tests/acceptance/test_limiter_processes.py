@@ -183,6 +183,10 @@ async def test_against_a_hosted_api_counting_reservations_nothing_is_refused(
     assert stats["budgets"]["4096"] >= documents
     assert (failed, limited) == ([], 0)
     assert stats["max_window_tokens"] <= tpm and stats["max_window_requests"] <= rpm
+    # The workers learned that the stub counts fewer prompt tokens than 3 characters per token
+    # (it counts 4) and recorded it for the next worker to start from.
+    factor = await db.fetchval("SELECT factor FROM limiter_estimates WHERE pool = $1 AND schema = 'invoice.v1'", POOL)
+    assert factor is not None and 0.5 <= factor < 1.0
 
 
 async def test_a_forced_429_storm_fails_no_job_and_every_job_finishes_after_it(

@@ -170,8 +170,9 @@ class Executor:
         permit: limiting.Permit | None = None
         reservation = limiting.Reservation(prompt_tokens=0, output_tokens=0)
         if self.limiter is not None:
-            reservation = self._reservation(job, document)
             try:
+                # The provider's estimate of its request, corrected by what it was seen to count.
+                reservation = await self.limiter.estimate(self._reservation(job, document), schema=job.schema)
                 permit = await self.limiter.acquire(job_id=job.id, fence=job.fence, tokens=reservation.total)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 # Nothing was sent: safe to retry, like a connection error before the request.
@@ -223,6 +224,7 @@ class Executor:
         if outcome.tokens_out:
             metrics.TOKENS.labels(job.pool, "out").inc(outcome.tokens_out)
         if permit is not None and self.limiter is not None:
+            self.limiter.learn(reservation, schema=job.schema, tokens_in=outcome.tokens_in)
             outcome = await self._settle(self.limiter, permit, reservation, outcome)
         billed = costing.billed(
             answered=outcome.outcome in (base.OutcomeClass.OK, base.OutcomeClass.INVALID_OUTPUT),

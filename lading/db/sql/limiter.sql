@@ -8,9 +8,14 @@
 -- is spread over the minute instead of sent in one burst (hosted APIs enforce per-minute limits
 -- over shorter periods too). The function (migration 0014) locks the pool row first, grants a
 -- prefix of what was asked and counts from the per-second rollup; see it for why.
+-- The transaction commits without waiting for the WAL flush (synchronous_commit off for it
+-- alone): the pool row stays locked until the commit, and every grant of every replica waits
+-- behind it. What a database crash can lose is the last fraction of a second of grants and
+-- releases (see migration 0028).
 SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
        o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
-       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
+       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s,
+       set_config('synchronous_commit', 'off', true) AS commit_mode
   FROM lading_limiter_acquire_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: limiter_release
@@ -19,6 +24,7 @@ SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS co
 -- after it was sent may have been consumed, or a provider that counts reservations). The
 -- rollup second of the permit follows the difference.
 -- Waiting acquirers in every process are woken at once (NOTIFY on commit), not at their next poll.
+-- Commits without waiting for the WAL flush, like a grant.
 WITH released AS (
     UPDATE limiter_permits
        SET released_at = clock_timestamp(), tokens_used = $2
@@ -31,7 +37,17 @@ WITH released AS (
      WHERE r.tokens_used IS NOT NULL AND r.tokens_used <> r.tokens_reserved
        AND s.pool = r.pool AND s.second = date_trunc('second', r.acquired_at)
 )
-SELECT id, pg_notify('lading_limiter', pool) FROM released;
+SELECT id, pg_notify('lading_limiter', pool), set_config('synchronous_commit', 'off', true) FROM released;
+
+-- name: limiter_release_acquire
+-- limiter_release of permit $1 ($2: the tokens to count, NULL keeps the reservation) and
+-- limiter_try_acquire of pool $3 ($4..$12 as its $2..$10) in one call (migration 0028): the
+-- releasing process hands the slot to its own next waiting attempts. Only a release that grants
+-- nothing NOTIFYs the other replicas.
+SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
+       o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
+       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
+  FROM lading_limiter_release_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- name: limiter_observe
 -- The provider's x-ratelimit-* headers for pool $1: $2 requests left, whole again in $3 s; $4
@@ -123,3 +139,16 @@ SELECT count(*)::bigint FROM gone;
 
 -- name: limiter_second_oldest_age
 SELECT extract(epoch FROM clock_timestamp() - min(second))::float8 FROM limiter_seconds;
+
+-- name: limiter_estimates_of_pool
+-- What pool $1's provider was seen to count for a prompt, per schema: the factor on the local
+-- estimate, and how many answers it was learned from.
+SELECT schema, factor, samples FROM limiter_estimates WHERE pool = $1 ORDER BY schema;
+
+-- name: limiter_estimate_upsert
+-- Record what a worker learned for pool $1 and schema $2: factor $3 from $4 answers. The latest
+-- worker's view wins (every worker learns from the same provider).
+INSERT INTO limiter_estimates AS e (pool, schema, factor, samples)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (pool, schema) DO UPDATE
+   SET factor = EXCLUDED.factor, samples = EXCLUDED.samples, updated_at = clock_timestamp();

@@ -2,16 +2,23 @@
 (one per simulated replica, each with its own connection pool) sharing one pool's limits."""
 
 import asyncio
+import dataclasses
+import datetime as dt
 import itertools
-from collections.abc import AsyncIterator
+import math
+import time
+from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 import pytest
+from lading_worker import executing
 
 from lading import limiting, metrics
+from lading.db import jobs as db_jobs
 from lading.db import pool as dbpool
-from lading.ids import JobId, PoolName
+from lading.ids import BatchId, Fence, JobId, PoolName
 from lading.providers import base
+from lading.settings import AttemptSettings
 from tests.support import factories, waiting
 
 POOL = PoolName(factories.POOL)
@@ -277,3 +284,162 @@ async def test_a_cooldown_reports_how_long_the_pool_now_cools(replicas: list[asy
     lim = limiter(replicas[0])
     assert 9 < await lim.cool_down(10.0) <= 10.0
     assert 9 < await lim.cool_down(1.0) <= 10.0  # a longer cooldown already set is kept
+
+
+def _concurrency_refusals() -> float:
+    return metrics.REGISTRY.get_sample_value(
+        "lading_limiter_refusals_total", {"pool": POOL, "reason": "concurrency"}
+    ) or 0.0
+
+
+async def test_a_release_hands_its_slot_to_a_waiting_attempt_of_its_own_process_in_the_same_call(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    # One slot, held here; an attempt waits here and one in another replica. Neither polls: only a
+    # release can get them a permit.
+    here, elsewhere = limiter(replicas[0], concurrency=1), limiter(replicas[1], concurrency=1)
+    for lim in (here, elsewhere):
+        lim.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60)
+    asked: list[int] = []
+    original = here.try_acquire_many
+
+    async def counted(
+            batch: Sequence[tuple[JobId, int, int]]
+    ) -> tuple[list[limiting.Permit], limiting.Refusal | None]:
+        asked.append(len(batch))
+        return await original(batch)
+
+    here.try_acquire_many = counted  # type: ignore[method-assign]
+    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    refused_before = _concurrency_refusals()
+    mine = asyncio.create_task(here.acquire(job_id=JobId(2), fence=1, tokens=1))
+    theirs = asyncio.create_task(elsewhere.acquire(job_id=JobId(3), fence=1, tokens=1))
+
+    async def both_refused() -> bool:
+        return _concurrency_refusals() >= refused_before + 2
+
+    await waiting.until(both_refused, timeout_s=10)
+    asks_before = len(asked)
+    await here.release(held, tokens_used=1)
+    async with asyncio.timeout(10):
+        permit = await mine  # granted by the release itself ...
+    assert len(asked) == asks_before  # ... without an ask of its own
+    assert not theirs.done()  # the slot was never free: the other replica was not woken
+    assert await limiting.usage(db, pool=POOL) == (2, 2, 1)
+    await here.release(permit, tokens_used=1)  # nothing waits here: the slot is freed for every replica
+    async with asyncio.timeout(10):
+        assert (await theirs).tokens_reserved == 1
+
+
+async def test_a_permit_a_release_grants_to_an_attempt_cancelled_meanwhile_goes_back(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], concurrency=1)
+    lim.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60)
+    held = await lim.acquire(job_id=JobId(1), fence=1, tokens=1)
+    refused_before = _concurrency_refusals()
+    cancelled = asyncio.create_task(lim.acquire(job_id=JobId(2), fence=1, tokens=1))
+
+    async def refused() -> bool:
+        return _concurrency_refusals() > refused_before
+
+    await waiting.until(refused, timeout_s=10)
+    releasing = asyncio.create_task(lim.release(held, tokens_used=1))
+    await asyncio.sleep(0)  # the release has taken the waiting attempt into its ask ...
+    cancelled.cancel()  # ... which is cancelled before the answer (lease lost, shutdown)
+    await releasing
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+
+    async def nothing_in_flight() -> bool:
+        return (await limiting.usage(db, pool=POOL))[2] == 0
+
+    await waiting.until(nothing_in_flight, timeout_s=10)  # the permit it was granted went back
+    assert (await limiting.usage(db, pool=POOL))[0] == 2
+
+
+async def test_a_replica_that_keeps_its_slot_busy_does_not_starve_another_replicas_attempt(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    busy, other = limiter(replicas[0], concurrency=1), limiter(replicas[1], concurrency=1)
+    busy.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60, handoff_streak=3)
+    other.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60)
+    stop = asyncio.Event()
+
+    async def attempts() -> None:  # three attempts at a time, each released as soon as it is granted
+        while not stop.is_set():
+            permit = await busy.acquire(job_id=JobId(next(_job_ids)), fence=1, tokens=1)
+            await busy.release(permit, tokens_used=1)
+
+    loops = [asyncio.create_task(attempts()) for _ in range(3)]
+
+    async def cycling() -> bool:
+        return bool(await db.fetchval("SELECT count(*) >= 20 FROM limiter_permits"))
+
+    await waiting.until(cycling, timeout_s=20)
+    async with asyncio.timeout(20):
+        permit = await other.acquire(job_id=JobId(0), fence=1, tokens=1)  # let in at the end of a streak
+    stop.set()
+    await other.release(permit, tokens_used=1)
+    async with asyncio.timeout(20):
+        await asyncio.gather(*loops)
+
+
+async def test_what_one_worker_learned_of_the_providers_count_is_where_the_next_one_starts(
+        replicas: list[asyncpg.Pool]
+) -> None:
+    first = limiter(replicas[0])
+    estimated = limiting.Reservation(prompt_tokens=1000, output_tokens=500)
+    reserved = await first.estimate(estimated, schema="invoice.v1")
+    assert (reserved.prompt_tokens, reserved.estimated_prompt_tokens) == (1000, 1000)  # nothing learned: the estimate
+    for reported in (740, 750, 745, 730, 748, 742, 739):  # the provider counts about 3/4 of the estimate ...
+        first.learn(await first.estimate(estimated, schema="invoice.v1"), schema="invoice.v1", tokens_in=reported)
+    assert (await first.estimate(estimated, schema="invoice.v1")).prompt_tokens == 1000  # ... not enough answers yet
+    first.learn(await first.estimate(estimated, schema="invoice.v1"), schema="invoice.v1", tokens_in=744)
+    learned = await first.estimate(estimated, schema="invoice.v1")
+    assert (learned.prompt_tokens, learned.output_tokens) == (math.ceil(1000 * 0.75 * 1.01), 500)
+    await first.close()  # records what it learned
+    second = limiter(replicas[1])
+    assert (await second.estimate(estimated, schema="invoice.v1")).prompt_tokens == learned.prompt_tokens
+    assert (await second.estimate(estimated, schema="invoice.v2")).prompt_tokens == 1000  # another schema: not learned
+
+
+class _HostedProvider:
+    """Estimates its request at 400 + 100 tokens; the provider counts 300 for the prompt and says, in
+    its x-ratelimit-* headers, that less is left of its minute than the limiter counts."""
+
+    max_output_tokens = 100
+
+    def reservation(self, document: base.Document, *, schema: str, policy: str) -> limiting.Reservation:
+        return limiting.Reservation(prompt_tokens=400, output_tokens=100)
+
+    async def extract(self, document: base.Document, *, schema: str, policy: str) -> base.Outcome:
+        answer = base.Outcome.ok({}, tokens_in=300, tokens_out=20)
+        return dataclasses.replace(answer, rate_limit=base.RateLimitView(remaining_tokens=900_000, tokens_reset_s=30))
+
+
+async def test_an_attempt_learns_the_providers_prompt_count_and_its_rate_limit_headers_tighten_the_window(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    lim = limiter(replicas[0], tpm=1_000_000)
+    executor = executing.Executor(provider=_HostedProvider(), settings=AttemptSettings(timeout_s=5), limiter=lim)
+    for i in range(limiting.ESTIMATE_MIN_SAMPLES + 1):
+        job = dataclasses.replace(_claimed(), id=JobId(i + 1))
+        await executor.run(job, claimed_mono=time.monotonic())
+    reserved = [r["tokens_reserved"] for r in await db.fetch("SELECT tokens_reserved FROM limiter_permits ORDER BY id")]
+    # The first eight reserve the estimate; the ninth what the provider counted (300 of 400) plus 1 %.
+    assert reserved == [500] * limiting.ESTIMATE_MIN_SAMPLES + [math.ceil(400 * 0.75 * 1.01) + 100]
+    # After the first call the headers said 900,000 of the minute's 1,000,000 tokens were left: the
+    # window counts the 100,000 the provider counted, not only this pool's 500; later answers said
+    # no less than the window already counted.
+    requests, tokens, in_flight = await limiting.usage(db, pool=POOL)
+    assert (requests, in_flight) == (9, 0) and tokens == 100_000 + 7 * 500 + reserved[-1]
+
+
+def _claimed() -> db_jobs.ClaimedJob:
+    now = dt.datetime.now(dt.UTC)
+    return db_jobs.ClaimedJob(
+        id=JobId(1), tenant="acme", batch_id=BatchId(1), document_key="k", attempt=1, max_attempts=5,
+        fence=Fence(1), lease_until=now, deadline_at=now + dt.timedelta(hours=1), schema="invoice.v1",
+        validation_policy="invoice-strict-v1", pool=POOL, text="text", claimed_at=now,
+    )  # fmt: skip
