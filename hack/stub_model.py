@@ -8,7 +8,9 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
 
 - `POST /v1/chat/completions`: reads the delimited document from the user message and answers
   with what Lading's builtin rule-based extractor finds in it, after a latency drawn from
-  `--latency-ms` ± `--jitter-ms`; `usage` reports prompt and completion tokens (characters / 4).
+  `--latency-ms` ± `--jitter-ms` (counted from the request's arrival, the stub's own parsing and
+  extraction included, with `--latency-from-arrival`; after that work otherwise); `usage`
+  reports prompt and completion tokens (characters / 4).
 - `GET /v1/models`: the served model.
 - `GET /metrics`: vLLM's metric names: `vllm:num_requests_running`, `vllm:num_requests_waiting`,
   `vllm:kv_cache_usage_perc` (and the older `vllm:gpu_cache_usage_perc`).
@@ -128,6 +130,8 @@ class Stub:
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
         try:
             latency = max(0.0, random.gauss(a.latency_ms, a.jitter_ms) / 1000) if a.jitter_ms else a.latency_ms / 1000
+            if a.latency_from_arrival:
+                latency = max(0.0, latency - (time.time() - arrived))  # its own work is part of the latency
             await asyncio.sleep(latency)
         finally:
             self.in_flight -= 1
@@ -281,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="stub-model")
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--jitter-ms", type=float, default=0.0)
+    parser.add_argument("--latency-from-arrival", action="store_true",
+                        help="answer --latency-ms after the request arrived, its own parsing and extraction "
+                             "included (by default they come before the latency)")
     parser.add_argument("--rpm", type=int, default=1_000_000)
     parser.add_argument("--tpm", type=int, default=1_000_000_000)
     parser.add_argument("--rps", type=int, default=1_000_000, help="requests allowed in any one second")
