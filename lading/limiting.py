@@ -308,11 +308,13 @@ class PoolLimiter:
 
     async def close(self) -> None:
         """Record what was learned of the provider's counting, stop listening for other replicas'
-        releases and give the connection back."""
+        releases and give the connection back. Attempts still waiting for a permit are cancelled."""
         if self._server is not None:
             self._server.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._server
+        for waiter in self._queue:  # nobody asks for them any more
+            waiter.granted.cancel()
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             await self._record_estimates()
         if self._listener is not None:
