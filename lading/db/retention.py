@@ -109,6 +109,16 @@ async def oldest_limiter_second_age_s(conn: asyncpg.Connection) -> float | None:
     return await _age(conn, "limiter_second_oldest_age")
 
 
+async def delete_expired_gpu_intervals(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> int:
+    """Closed GPU-time intervals of pools priced by the GPU hour that started more than `older_than_s`
+    ago (the attempts they charged keep their costs)."""
+    return await _deleted(conn, "pool_gpu_interval_delete_expired", older_than_s=older_than_s, limit=limit)
+
+
+async def oldest_gpu_interval_age_s(conn: asyncpg.Connection) -> float | None:
+    return await _age(conn, "pool_gpu_interval_oldest_age")
+
+
 @dataclasses.dataclass(frozen=True)
 class TenantRetention:
     """A tenant's TenantQuota spec.retention, as stored in `tenants.spec`: days kept (None: kept)."""

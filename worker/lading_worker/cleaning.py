@@ -94,6 +94,10 @@ class CleanerSettings:
     limiter_s: float = HOUR_S
     """Limiter permits that hold no slot, and per-second sums, seconds after acquisition: the
     window is a minute; an hour leaves the recent history readable."""
+    gpu_intervals_s: float = 400 * DAY_S
+    """Closed GPU-time intervals of pools priced by the GPU hour (one row per pool per minute of
+    GPU time or attempts), seconds after the interval started: a year and a month, for yearly
+    cost reports. The attempts, jobs, batches and tenants keep their costs after it."""
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -101,7 +105,7 @@ class CleanerSettings:
         if self.batch_size < 1 or self.max_batches < 1:
             raise ValueError(f"cleaner batch size and batches per round must be at least 1, got "
                              f"{self.batch_size} and {self.max_batches}")
-        for name in ("outbox_published_s", "quarantine_s", "delivered_s", "stale_completions_s"):
+        for name in ("outbox_published_s", "quarantine_s", "delivered_s", "stale_completions_s", "gpu_intervals_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"retention {name} must not be negative, got {getattr(self, name)}")
         if self.inbox_s < INBOX_RETENTION_MIN_S:
@@ -145,6 +149,8 @@ TABLES: Final = (
           lambda s: s.limiter_s),
     Table("limiter_seconds", retention.delete_expired_limiter_seconds, retention.oldest_limiter_second_age_s,
           lambda s: s.limiter_s),
+    Table("pool_gpu_intervals", retention.delete_expired_gpu_intervals, retention.oldest_gpu_interval_age_s,
+          lambda s: s.gpu_intervals_s),
 )
 """Every table the cleaner keeps small, in the order a round visits them."""
 

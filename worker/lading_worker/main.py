@@ -108,6 +108,8 @@ _RETENTION_FLAGS = (
     ("--retain-delivered-hours", "delivered_s", "DELIVERED deliveries and their attempts, after delivery"),
     ("--retain-stale-completions-hours", "stale_completions_s", "stale-completion records"),
     ("--retain-limiter-hours", "limiter_s", "limiter permits holding no slot, and per-second sums"),
+    ("--retain-gpu-intervals-hours", "gpu_intervals_s",
+     "closed GPU-time intervals of pools priced by the GPU hour, after the interval started"),
     ("--retain-idempotency-keys-hours", "api_requests_s",
      "Idempotency-Key records of the HTTP intake and of single documents (HTTP and queue), after the answer "
      "(at least 24)"),

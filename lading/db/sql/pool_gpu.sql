@@ -125,3 +125,21 @@ SELECT starts_at, currency, gpu_seconds, cost, charged, cost - charged AS idle, 
  WHERE pool = $1 AND starts_at >= $2
  ORDER BY starts_at
  LIMIT $3;
+
+-- name: pool_gpu_interval_delete_expired
+-- Retention (worker/lading_worker/cleaning.py): at most $2 closed GPU-time intervals that started
+-- more than $1 seconds ago. Their attempts keep their costs; the intervals are the pool's record
+-- of GPU time and idle cost. Oldest first through pool_gpu_intervals_starts_at (migration 0031).
+WITH doomed AS (
+    SELECT pool, starts_at FROM pool_gpu_intervals
+     WHERE starts_at < now() - make_interval(secs => $1)
+     ORDER BY starts_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM pool_gpu_intervals i USING doomed d WHERE i.pool = d.pool AND i.starts_at = d.starts_at RETURNING 1
+)
+SELECT count(*)::bigint FROM gone;
+
+-- name: pool_gpu_interval_oldest_age
+SELECT extract(epoch FROM clock_timestamp() - min(starts_at))::float8 FROM pool_gpu_intervals;

@@ -128,6 +128,26 @@ async def test_stale_completions_and_limiter_rows(db: asyncpg.Connection) -> Non
     assert deleted["limiter_seconds"] == 2 and await _count(db, "limiter_seconds") == 1
 
 
+async def test_gpu_intervals_past_retention_go_and_the_costs_they_charged_stay(db: asyncpg.Connection) -> None:
+    for days in (500, 401, 399, 1):
+        await db.execute(
+            "INSERT INTO pool_gpu_intervals (pool, starts_at, currency, gpu_seconds, cost, charged, attempts, tokens)"
+            " VALUES ('ns/gpu', date_trunc('minute', now() - make_interval(days => $1)), 'EUR', 60, 0.05, 0.04, 2, 900)",
+            days,
+        )
+    await db.execute(
+        "INSERT INTO pool_gpu_intervals (pool, starts_at, currency, gpu_seconds, cost, charged, attempts, tokens)"
+        " VALUES ('ns/other', date_trunc('minute', now() - interval '450 days'), 'EUR', 0, 0, 0, 0, 0)"
+    )
+    deleted = await cleaning.clean(db, settings=SETTINGS)
+    assert deleted["pool_gpu_intervals"] == 3, "two of one pool and one of another are past 400 days"
+    kept = await db.fetchval(
+        "SELECT array_agg(extract(day FROM now() - starts_at)::int ORDER BY starts_at) FROM pool_gpu_intervals"
+    )
+    assert kept == [399, 1], kept
+    assert await cleaning.clean(db, settings=SETTINGS) == {**deleted, **dict.fromkeys(deleted, 0)}
+
+
 async def test_a_round_stops_a_table_after_max_batches(db: asyncpg.Connection) -> None:
     for _ in range(7):
         await _outbox(db, published_days_ago=30)
