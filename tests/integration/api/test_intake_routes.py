@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -152,7 +153,7 @@ async def test_another_namespaces_token_gets_404_on_every_route(
     for method, path in ROUTES:
         url = base + path.format(job=job.body["jobId"])
         body = document() if path.endswith("documents") else {"name": "march", "spec": SPEC}
-        post = {"key": "d", "json": body} if method == "POST" else {}
+        post: dict[str, Any] = {"key": "d", "json": body} if method == "POST" else {}
         theirs = await call(http, method, url, tenant=globex, **post)
         missing = await call(http, method, base + path.replace("march", "april").format(job=999999), tenant=globex,
                              **post)
