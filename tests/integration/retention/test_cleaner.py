@@ -132,7 +132,8 @@ async def test_gpu_intervals_past_retention_go_and_the_costs_they_charged_stay(d
     for days in (500, 401, 399, 1):
         await db.execute(
             "INSERT INTO pool_gpu_intervals (pool, starts_at, currency, gpu_seconds, cost, charged, attempts, tokens)"
-            " VALUES ('ns/gpu', date_trunc('minute', now() - make_interval(days => $1)), 'EUR', 60, 0.05, 0.04, 2, 900)",
+            " VALUES ('ns/gpu', date_trunc('minute', now() - make_interval(days => $1)),"
+            " 'EUR', 60, 0.05, 0.04, 2, 900)",
             days,
         )
     await db.execute(
