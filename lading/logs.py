@@ -35,13 +35,15 @@ CORRELATION_FIELDS = (
     "job_id", "batch_id", "tenant", "attempt", "fence", "pool", "delivery_id", "event_id", "trace_id",
 )
 
+_CORRELATION_FIELD_SET = frozenset(CORRELATION_FIELDS)
+
 _bound: contextvars.ContextVar[dict[str, object]] = contextvars.ContextVar("lading_log_ids", default={})  # noqa: B039 - never mutated
 
 
 @contextlib.contextmanager
 def bound(**ids: object) -> Iterator[None]:
     """Attach correlation ids to every record logged in this context (nested contexts add up)."""
-    unknown = set(ids) - set(CORRELATION_FIELDS)
+    unknown = ids.keys() - _CORRELATION_FIELD_SET
     if unknown:
         raise ValueError(f"not correlation fields: {sorted(unknown)}")
     token = _bound.set({**_bound.get(), **{k: v for k, v in ids.items() if v is not None}})
