@@ -174,6 +174,14 @@ async def ensure(rt: runtime.Runtime, source: Source, namespace: str) -> bool:
     body = mirror_body(source, namespace)
     name = body["metadata"]["name"]
     live = await _call("GET", namespace, name, rt.api.get(_path(namespace, name)))
+    if live is None:  # a plain create first: it fails for a Secret someone made since (an apply would take it)
+        try:
+            await rt.api.create(_path(namespace), body)
+        except kube.KubeError as exc:
+            if exc.status != 409:
+                raise kube.KubeError(status=exc.status, message=f"POST Secret {namespace}/{name}") from None
+            live = await _call("GET", namespace, name, rt.api.get(_path(namespace, name)))
+        # Created: applied below all the same, so that its fields are the apply's from the start.
     if live is not None and not _ours(live, source.endpoint):
         logger.warning("Secret %s/%s exists and is not the mirror of DeliveryEndpoint %s: left alone, "
                        "the endpoint is not projected there", namespace, name, source.endpoint)  # fmt: skip

@@ -13,9 +13,11 @@ rendering only when needed
 (`drift.up_to_date`): the object is missing, it was applied from another rendering (the hash
 annotation `lading.dev/applied-sha256` differs: the spec or the operator changed), or someone changed
 a field we render. The API server then removes what we applied before and no longer render (a removed
-`nodeSelector`). A DriftCorrected event is posted only for an object applied from the current
-rendering that someone changed, and only when the apply changed it back (its resourceVersion
-moved). A pool at rest costs no request for its Deployments and Services, one GET per KEDA object
+`nodeSelector`). A missing object is created with a plain create first (an apply would take over an
+object of that name someone made since it was read; the create fails instead) and then applied, so
+that its fields are the apply's from the start. A DriftCorrected event is posted only for an object
+applied from the current rendering that someone changed, and only when the apply changed it back
+(its resourceVersion moved). A pool at rest costs no request for its Deployments and Services, one GET per KEDA object
 per step, and no write.
 
 Ownership is the controller owner reference to this pool (its uid). An object with one of our names
@@ -159,6 +161,8 @@ async def ensure(
     if initial_replicas is not None and owned.plural == "deployments":
         replicas = ((live or {}).get("spec") or {}).get("replicas", initial_replicas)
         desired = {**desired, "spec": {**desired["spec"], "replicas": replicas}}
+    if live is None:
+        await _create(rt, body, owned, desired)
     applied = await rt.api.apply(owned.path, desired)
     if owned.plural in WATCHED:
         rt.remember(owned.plural, applied)
@@ -171,6 +175,19 @@ async def ensure(
         logger.info("pool %s/%s: corrected drift of %s", namespace, name, what)
         events.normal(body, reason=conditions.DRIFT_CORRECTED, message=what)
     return applied
+
+
+async def _create(rt: runtime.Runtime, body: kopf.Body, owned: Owned, desired: dict[str, Any]) -> None:
+    """Create a missing object with a plain create, which fails (409) for an object someone made since
+    it was read: an apply would take that one over. The apply that follows makes its fields ours."""
+    try:
+        await rt.api.create(owned.collection, desired)
+    except kube.KubeError as exc:
+        if exc.status != 409:
+            raise
+        live = await rt.api.get(owned.path)
+        if live is not None and not _owned_by(live, uid=str(body.metadata.uid)):
+            raise NotOwned(owned.plural, str(owned.body["metadata"]["name"])) from None
 
 
 def _version(obj: dict[str, Any]) -> Any:
