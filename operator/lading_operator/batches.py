@@ -58,7 +58,7 @@ import asyncpg
 import kopf
 import pydantic
 
-from lading import accepting, applying, errors, failpoints
+from lading import accepting, applying, batch_phase, errors, failpoints
 from lading.db import batches, deliveries, fairness, jobs, queue, registry, reuse, spend
 from lading.documents import fetching, manifest_lines
 from lading.ids import BatchId, PoolName, TenantName
@@ -431,7 +431,7 @@ class Reconciler:
                     self.body,
                     reason=conditions.DOCUMENTS_FAILED,
                     message=f"{more} more document(s) failed, {failed} in all; latest: {latest.document_key[:256]} "
-                    f"({_reason(latest.error_class)})",
+                    f"({batch_phase.failure_reason(latest.error_class)})",
                 )
             self.failures_at = failed
         queued = sum(current.counts[s] for s in QUEUED_STATES)
@@ -474,24 +474,13 @@ class Reconciler:
         c = current.counts
         generation = self.body.metadata.get("generation")
         previous = self.last_written.get("conditions")
-        settled = sum(n for s, n in c.items() if s in SETTLED) >= current.total
-        good = c[JobState.SUCCEEDED] + c[JobState.REVIEW_REQUIRED]
-        if settled:
-            phase = "Completed" if good > 0 or current.total == 0 else "Failed"
-        elif suspend:
-            phase = "Suspended"
-        else:
-            phase = "Running"
+        # The one phase rule (lading.batch_phase), shared with the HTTP intake's batch status.
+        rule = batch_phase.phase_of(c, total=current.total, suspended=suspend)
+        settled, good, phase, failed = rule.settled, rule.good, rule.phase, rule.failed
+        progressing_reason, complete_reason = rule.progressing_reason, rule.complete_reason
         completed_at = None
         if settled and current.last_finished_at is not None:
             completed_at = status.rfc3339(current.last_finished_at)
-        progressing_reason = (
-            conditions.SETTLED if settled else (conditions.SUSPENDED if suspend else conditions.JOBS_REMAINING)
-        )
-        failed = phase == "Failed"
-        complete_reason = (
-            (conditions.FAILED if failed else conditions.COMPLETED) if settled else conditions.JOBS_REMAINING
-        )
         admitted_message = f"batch {current.batch_id} of tenant {self.tenant}"
         conds = [
             conditions.condition(
@@ -573,7 +562,7 @@ class Reconciler:
             recent = [
                 status.RecentFailure(
                     document_key=f.document_key[:256],
-                    reason=_reason(f.error_class),
+                    reason=batch_phase.failure_reason(f.error_class),
                     message=f.error[:512],
                     at=status.rfc3339(f.at),
                 )
@@ -647,14 +636,6 @@ class Reconciler:
         if written:
             self.last_written = dict(desired)
             self.last_write_at = now
-
-
-def _reason(error_class: str) -> str:
-    """An error class (e.g. DEADLINE_EXCEEDED, InvalidOutput) as a CamelCase condition reason."""
-    parts = [p for p in error_class.replace("-", "_").split("_") if p]
-    text = "".join(p if not p.isupper() else p.capitalize() for p in parts) or "Failed"
-    cleaned = "".join(ch for ch in text if ch.isalnum())[:64]
-    return cleaned if cleaned and cleaned[0].isalpha() else "Failed"
 
 
 async def finalize(rt: runtime.Runtime, body: kopf.Body) -> int:
