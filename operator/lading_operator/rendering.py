@@ -101,6 +101,8 @@ WORKER_CLEANER_FLAGS: tuple[str, ...] = (
     "--retain-delivered-hours",
     "--retain-stale-completions-hours",
     "--retain-limiter-hours",
+    "--retain-idempotency-keys-hours",
+    "--retain-gpu-intervals-hours",
 )
 """The `lading worker` flags of its cleaner (retentions in hours, the pace of its rounds) that the
 operator passes on (`OperatorConfig.worker_cleaner`). Only flags given are rendered: the worker keeps

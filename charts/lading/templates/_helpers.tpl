@@ -110,7 +110,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - {{ index $w.cleaner $key | toString | quote }}
 {{- end }}
 {{- end }}
-{{- $retention := dict "publishedEvents" "published-events" "inbox" "inbox" "quarantine" "quarantine" "delivered" "delivered" "staleCompletions" "stale-completions" "limiter" "limiter" }}
+{{- $retention := dict "publishedEvents" "published-events" "inbox" "inbox" "quarantine" "quarantine" "delivered" "delivered" "staleCompletions" "stale-completions" "limiter" "limiter" "idempotencyKeys" "idempotency-keys" "gpuIntervals" "gpu-intervals" }}
 {{- range $key, $flag := $retention }}
 {{- if hasKey $w.retentionHours $key }}
 - --worker-retain-{{ $flag }}-hours

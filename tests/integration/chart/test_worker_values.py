@@ -81,8 +81,12 @@ def test_cleaner_and_retention_values_reach_the_worker_and_parse_as_lading_worke
         "--cleaner-interval": "120", "--cleaner-batch": "500", "--cleaner-max-batches": "20",
         "--retain-published-events-hours": "24", "--retain-inbox-hours": "48", "--retain-quarantine-hours": "72",
         "--retain-delivered-hours": "2160", "--retain-stale-completions-hours": "96", "--retain-limiter-hours": "2",
+        "--retain-idempotency-keys-hours": "72", "--retain-gpu-intervals-hours": "4800",
     }  # fmt: skip
     assert set(expected) == set(rendering.WORKER_CLEANER_FLAGS), "every cleaner flag has a chart value"
+    worker_flags = {f"--{a.dest.replace('_', '-')}" for a in _worker_parser()._actions}
+    cleaner_flags = {f for f in worker_flags if f.startswith(("--retain-", "--cleaner-"))}
+    assert cleaner_flags == set(rendering.WORKER_CLEANER_FLAGS), "the operator passes on every cleaner flag"
     assert {flag: args[args.index(flag) + 1] for flag in expected} == expected
     from lading_worker import main as worker_main  # the worker itself reads them back
 
@@ -91,6 +95,15 @@ def test_cleaner_and_retention_values_reach_the_worker_and_parse_as_lading_worke
     cleaner = worker_main.cleaner_from(parser.parse_args(args[args.index("--pool") :]))
     assert (cleaner.interval_s, cleaner.batch_size, cleaner.max_batches) == (120, 500, 20)
     assert cleaner.inbox_s == 48 * 3600 and cleaner.delivered_s == 2160 * 3600 and cleaner.limiter_s == 2 * 3600
+    assert cleaner.api_requests_s == 72 * 3600 and cleaner.gpu_intervals_s == 4800 * 3600
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    from lading_worker import main as worker_main
+
+    parser = argparse.ArgumentParser(prog="lading worker")
+    worker_main.add_arguments(parser)
+    return parser
 
 
 def test_keda_values_reach_the_trigger_authentication_and_scaled_object() -> None:
