@@ -1,9 +1,10 @@
 """
 An election among every replica: one process holds a session-level advisory lock and does a
-database-wide job (the gauge refresher, `lading_elected.gauges`; the worker's cleaner,
-`lading_worker.cleaning`), each job with its own key, so they may be elected in different
-processes. The lock lives on a dedicated connection: when the holder dies or loses its
-connection, PostgreSQL releases the lock and another replica takes over within one interval.
+database-wide job (the gauge refresher, `lading_elected.gauges`; the GPU-time allocator,
+`lading_elected.gpu_costs`; the worker's cleaner, `lading_worker.cleaning`), each job with its own
+key, so they may be elected in different processes. The lock lives on a dedicated connection:
+when the holder dies or loses its connection, PostgreSQL releases the lock and another replica
+takes over within one interval.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
 
 import asyncpg
 
@@ -74,3 +76,25 @@ async def run_elected(
             await looping.wait_or_stop(stop, interval_s())
     finally:
         await resign()
+
+
+class RunsForever(Protocol):
+    async def run_forever(self, stop: asyncio.Event) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def running(job: RunsForever, *, name: str) -> AsyncIterator[None]:
+    """Run an elected job's loop (`job.run_forever`) as the task `name` for the body of an `async
+    with`; on exit stop it, wait for it, and re-raise what it failed with."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(job.run_forever(stop), name=name)
+    try:
+        yield
+    finally:
+        stop.set()
+        # Not `await task`: a framework that cancels every task of the loop at shutdown (kopf does)
+        # may have cancelled it already, and that must not turn a clean exit into an error.
+        await asyncio.wait([task])
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure

@@ -46,18 +46,8 @@ class GaugeSettings:
 async def refreshing(database_url: str, *, settings: GaugeSettings | None = None) -> AsyncIterator[GaugeRefresher]:
     """Run a refresher (election included) for the body of an `async with`; stopped on exit."""
     refresher = GaugeRefresher(database_url, settings=settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(refresher.run_forever(stop), name="gauge refresher")
-    try:
+    async with election.running(refresher, name="gauge refresher"):
         yield refresher
-    finally:
-        stop.set()
-        # Not `await task`: a framework that cancels every task of the loop at shutdown (kopf does)
-        # may have cancelled it already, and that must not turn a clean exit into an error.
-        await asyncio.wait([task])
-        failure = None if task.cancelled() else task.exception()
-        if failure is not None:
-            raise failure
 
 
 class GaugeRefresher:

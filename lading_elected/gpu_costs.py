@@ -43,16 +43,8 @@ class AllocatorSettings:
 async def allocating(database_url: str, *, settings: AllocatorSettings | None = None) -> AsyncIterator[Allocator]:
     """Run an allocator (election included) for the body of an `async with`; stopped on exit."""
     allocator = Allocator(database_url, settings=settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(allocator.run_forever(stop), name="gpu cost allocator")
-    try:
+    async with election.running(allocator, name="gpu cost allocator"):
         yield allocator
-    finally:
-        stop.set()
-        await asyncio.wait([task])  # not `await task`: see lading_elected.gauges.refreshing
-        failure = None if task.cancelled() else task.exception()
-        if failure is not None:
-            raise failure
 
 
 class Allocator:

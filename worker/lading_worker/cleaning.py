@@ -159,16 +159,8 @@ TABLES: Final = (
 async def cleaning(database_url: str, *, settings: CleanerSettings | None = None) -> AsyncIterator[Cleaner]:
     """Run a cleaner (election included) for the body of an `async with`; stopped on exit."""
     cleaner = Cleaner(database_url, settings=settings)
-    stop = asyncio.Event()
-    task = asyncio.create_task(cleaner.run_forever(stop), name="cleaner")
-    try:
+    async with election.running(cleaner, name="cleaner"):
         yield cleaner
-    finally:
-        stop.set()
-        await asyncio.wait([task])  # not `await task`: see lading_elected.gauges.refreshing
-        failure = None if task.cancelled() else task.exception()
-        if failure is not None:
-            raise failure
 
 
 class Cleaner:
