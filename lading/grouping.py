@@ -58,6 +58,11 @@ class Groups(Generic[I, O]):
         self.applied_items = 0
         """Counts since start: their ratio is the mean group size."""
 
+    @property
+    def waiting(self) -> int:
+        """Items not yet in a group being applied."""
+        return len(self._waiting)
+
     async def run(self, item: I) -> O:
         """`item`'s outcome once its group is applied (raised when it is an exception)."""
         answer: asyncio.Future[O] = asyncio.get_running_loop().create_future()

@@ -26,7 +26,8 @@ Within a group:
 
     the same id twice        the first is recorded; the others are answered after its commit as
                              a redelivery would be (same body: its answer, as a duplicate; another
-                             body: DeliveryConflict), or go into the next group if it failed
+                             body: DeliveryConflict), or are written in a following transaction
+                             of the same group if the first was not recorded
     the same intent twice    the first books it, the others are duplicates with its reference
     a data error             the group is split until each unstorable delivery is alone (it
                              fails, 400); every other delivery commits
@@ -40,16 +41,14 @@ reruns the group's transaction.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import asyncpg
 
-from lading import errors, failpoints, storable
+from lading import errors, failpoints, grouping, storable
 from lading.db import conflicts
 from lading.webhooks import payload
 from lading_webhook_receiver import adapters, metrics, queries
@@ -147,23 +146,21 @@ async def oldest_age_s(conn: asyncpg.Connection) -> float | None:
     return age
 
 
-logger = logging.getLogger(__name__)
-
-
 @dataclasses.dataclass(eq=False)
 class _Pending:
-    """One delivery waiting for its group's commit."""
+    """One delivery waiting for its group's commit (compared and hashed by identity: copies of one
+    delivery are distinct items of a group)."""
 
     delivery_id: str
     sha256: bytes
     event_type: str
     operation: Any
-    answer: asyncio.Future[Answer]
 
 
 class GroupCommitter:
     """Records deliveries in groups: `await receive(...)` returns the delivery's answer once the
-    transaction holding it has committed (see the module)."""
+    transaction holding it has committed (see the module). The grouping is `lading.grouping`'s;
+    what a group does with copies of one delivery is decided here."""
 
     def __init__(
             self,
@@ -180,16 +177,17 @@ class GroupCommitter:
         self.pool = pool
         self.adapter = adapter
         self.timeout_s = timeout_s
-        self.groups = groups
-        self.group_max = group_max
         self.observe = observe
-        self._queue: list[_Pending] = []
-        self._running: set[asyncio.Task[None]] = set()
+        # Every _Pending is its own identity: copies of one delivery id share a group, and _commit
+        # answers the later copies from the first one's commit rather than from a later group.
+        self._groups: grouping.Groups[_Pending, Answer] = grouping.Groups(
+            self._commit, identity=lambda pending: pending, max_items=group_max, concurrency=groups
+        )
 
     @property
     def queued(self) -> int:
         """Deliveries waiting for a group transaction to start (all of them run)."""
-        return len(self._queue)
+        return self._groups.waiting
 
     async def receive(self, *, delivery_id: str, sha256: bytes, event_type: str, operation: Any) -> Answer:
         """Record one delivery and apply its effect; the answer to give, after the commit.
@@ -197,68 +195,49 @@ class GroupCommitter:
         Raises DeliveryConflict, a data error of this delivery alone (asyncpg's, nothing recorded),
         or the database's own errors (connection lost, timeout) when nothing is known to be
         committed: the caller answers 503 and the sender retries."""
-        pending = _Pending(delivery_id, sha256, event_type, operation, asyncio.get_running_loop().create_future())
-        self._queue.append(pending)
-        self._start()
-        # The group's task owns the transaction: a waiter that goes away never cancels it.
-        return await asyncio.shield(pending.answer)
+        return await self._groups.run(_Pending(delivery_id, sha256, event_type, operation))
 
-    def _start(self) -> None:
-        while self._queue and len(self._running) < self.groups:
-            group, self._queue = self._queue[: self.group_max], self._queue[self.group_max :]
-            task = asyncio.get_running_loop().create_task(self._commit(group))
-            self._running.add(task)
-            task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:  # a bug in _commit itself
-            logger.error("A delivery group failed unexpectedly: %s", type(exc).__name__, exc_info=exc)
-        self._start()
-
-    async def _commit(self, group: list[_Pending]) -> None:
+    async def _commit(self, group: Sequence[_Pending]) -> list[Answer | Exception]:
+        """Every delivery's outcome: the first copy of each id is written (one transaction, split
+        only around data errors); a later copy is answered as a redelivery of the first, or is
+        written in a following transaction when the first was not recorded."""
         if self.observe is not None:
             self.observe.group_size.observe(len(group))
-        leaders: dict[str, _Pending] = {}
-        followers: list[_Pending] = []
-        for pending in group:
-            if pending.delivery_id in leaders:
-                followers.append(pending)
-            else:
-                leaders[pending.delivery_id] = pending
-        ordered = sorted(leaders.values(), key=lambda p: p.delivery_id)
-        try:
-            isolated = await storable.isolate(ordered, self._write_retrying)
-        except Exception as exc:
-            for pending in group:
-                _settle(pending, exc)
-            return
-        except BaseException:
-            for pending in group:
-                pending.answer.cancel()
-            raise
-        for answers in isolated.results:
-            for pending, outcome in answers:
-                _settle(pending, outcome)
-        for pending, refusal in isolated.refused:
-            _settle(pending, refusal)
-        again: list[_Pending] = []
-        for follower in followers:
-            first = leaders[follower.delivery_id].answer
-            if first.cancelled() or first.exception() is not None:
-                again.append(follower)  # the first of its id was not recorded: try it afresh
-                continue
-            answer = first.result()
-            stored = leaders[follower.delivery_id].sha256
-            if stored != follower.sha256:
-                _settle(follower, DeliveryConflict(
-                    delivery_id=follower.delivery_id, stored_sha256=stored, new_sha256=follower.sha256
-                ))  # fmt: skip
-            else:
-                _settle(follower, Answer(status="duplicate", reference=answer.reference,
-                                         outcome=metrics.DUPLICATE_DELIVERY))  # fmt: skip
-        if again:
-            self._queue[:0] = again
+        outcomes: dict[_Pending, Answer | Exception] = {}
+        remaining = list(group)
+        while remaining:
+            leaders: dict[str, _Pending] = {}
+            followers: list[_Pending] = []
+            for pending in remaining:
+                if pending.delivery_id in leaders:
+                    followers.append(pending)
+                else:
+                    leaders[pending.delivery_id] = pending
+            try:
+                isolated = await storable.isolate(
+                    sorted(leaders.values(), key=lambda p: p.delivery_id), self._write_retrying
+                )
+            except Exception as exc:  # nothing of this transaction is known to be committed
+                outcomes.update((pending, exc) for pending in remaining)
+                break
+            for answers in isolated.results:
+                outcomes.update(answers)
+            outcomes.update(isolated.refused)
+            remaining = []
+            for follower in followers:
+                first = leaders[follower.delivery_id]
+                answer = outcomes[first]
+                if isinstance(answer, Exception):
+                    remaining.append(follower)  # the first of its id was not recorded: try it afresh
+                elif first.sha256 != follower.sha256:
+                    outcomes[follower] = DeliveryConflict(
+                        delivery_id=follower.delivery_id, stored_sha256=first.sha256, new_sha256=follower.sha256
+                    )
+                else:
+                    outcomes[follower] = Answer(
+                        status="duplicate", reference=answer.reference, outcome=metrics.DUPLICATE_DELIVERY
+                    )
+        return [outcomes[pending] for pending in group]
 
     async def _write_retrying(self, group: Sequence[_Pending]) -> list[tuple[_Pending, Answer | Exception]]:
         return await conflicts.retrying(lambda: self._write(group), what="Recording a group of deliveries")
@@ -324,11 +303,3 @@ async def _apply_many(
     # One at a time, in the group's order (ids sorted): the adapter's own keys decide races.
     return [await adapter.apply(conn, operation=p.operation, delivery_id=p.delivery_id) for p in fresh]
 
-
-def _settle(pending: _Pending, outcome: Answer | BaseException) -> None:
-    if pending.answer.done():
-        return
-    if isinstance(outcome, BaseException):
-        pending.answer.set_exception(outcome)
-    else:
-        pending.answer.set_result(outcome)
