@@ -197,11 +197,6 @@ async def tenant_usage(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: Tenan
     return TenantUsage(row["queued_jobs"], row["queued_bytes"], row["in_flight"])
 
 
-async def tenant_max_queued_bytes(conn: asyncpg.Connection | asyncpg.Pool, *, tenant: TenantName) -> int | None:
-    value = await conn.fetchval(queries.sql("tenant_max_queued_bytes"), tenant)
-    return None if value is None else int(value)
-
-
 POOLS_LIMIT = 200
 """Pools on the status screen."""
 

@@ -61,9 +61,6 @@ SELECT count(*)::bigint AS queued_jobs,
   FROM extraction_jobs j LEFT JOIN job_documents d ON d.job_id = j.id
  WHERE j.tenant = $1 AND j.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
 
--- name: tenant_max_queued_bytes
-SELECT (spec ->> 'maxQueuedBytes')::bigint FROM tenants WHERE name = $1;
-
 -- name: tenant_budget_get
 -- A tenant's budgets now: the daily token budget (the limit, what was used today (UTC), whether it
 -- is spent) and the money budget of spec.budget (currency, daily and monthly amounts, what was spent
