@@ -41,7 +41,7 @@ import logging
 import re
 import typing
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -49,7 +49,7 @@ import orjson
 import pydantic
 
 from lading import accepting, applying, errors, failpoints, grouping, storable
-from lading.db import batches, fairness, jobs, locks, outbox, submissions
+from lading.db import api_requests, batches, fairness, jobs, locks, outbox, submissions
 from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
@@ -492,11 +492,29 @@ class GroupSettings:
     flushers: int = 2
     """Transactions in flight at once: while one waits for its commit's WAL flush, the next group
     is being written, so a document never waits for more than the group before it."""
+    in_progress_wait_s: float = 0.2
+    """How long a POST's Idempotency-Key claim waits for another transaction holding the key
+    before the POST is answered as in progress (`lading_api.settings.ApiSettings`, same name)."""
 
     def __post_init__(self) -> None:
         if self.max_documents < 1 or self.flushers < 1:
             raise ValueError(f"a group needs room for a document and a flusher, got max_documents="
                              f"{self.max_documents}, flushers={self.flushers}")
+        if self.in_progress_wait_s <= 0:
+            raise ValueError(f"in-progress wait must be positive, got {self.in_progress_wait_s}")
+
+
+AnswerOf = Callable[[Submission], tuple[str, dict[str, Any]]]
+"""The Location and body of the 202 an HTTP POST gets for its document's submission."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """A POST whose Idempotency-Key was answered before (`lading.db.api_requests`): the stored
+    answer, which the caller replays, or refuses when `answered.request_sha256` is not its digest.
+    Nothing was accepted."""
+
+    answered: api_requests.Answered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -505,6 +523,8 @@ class _Pending:
     request: DocumentRequest
     idempotency_key: str
     request_digest: str
+    answer: AnswerOf | None = None
+    """For an HTTP POST: its answer, recorded under its Idempotency-Key in the same transaction."""
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -525,7 +545,14 @@ class GroupSubmitter:
     one goes into a later group and is answered as a repeat. When a group's transaction fails (a
     value PostgreSQL refuses, a lock wait that timed out, a deadlock), each of its documents is
     accepted again alone, so one bad document is refused on its own; when the database is
-    unreachable every document of the group gets that error (temporary: retry unchanged)."""
+    unreachable every document of the group gets that error (temporary: retry unchanged).
+
+    `submit_post` does the same for a document an HTTP POST sent, and keeps the POST's
+    Idempotency-Key record (`lading.db.api_requests`) in the very transaction that accepts the
+    document: claimed first (keys in one order, so concurrent groups never wait in a cycle; a key
+    another transaction holds is waited for `in_progress_wait_s`, then the POST is in progress),
+    released when the document is refused, answered before the commit. A POST waits for one
+    commit, and a crash leaves both the document and its record, or neither."""
 
     def __init__(
             self,
@@ -537,7 +564,7 @@ class GroupSubmitter:
         self.db = db
         self.settings = settings or GroupSettings()
         self.rolling = rolling or RollingBatchSettings()
-        self.groups: grouping.Groups[_Pending, Submission] = grouping.Groups(
+        self.groups: grouping.Groups[_Pending, Submission | Recorded] = grouping.Groups(
             self._apply, identity=lambda pending: pending.identity, max_items=self.settings.max_documents,
             concurrency=self.settings.flushers,
         )  # fmt: skip
@@ -552,29 +579,66 @@ class GroupSubmitter:
     ) -> Submission:
         """Accept one document `validated` already (namespace from trusted context); raises like
         `submit_document`. Cancelling the caller does not cancel the document's transaction."""
-        problems: list[applying.FieldError] = []
-        if (reason := _key_problem(idempotency_key)) is not None:
-            problems.append(applying.FieldError("idempotencyKey", reason))
-        if (reason := _namespace_problem(namespace)) is not None:
-            problems.append(applying.FieldError("namespace", reason))
-        if problems:
-            raise applying.InvalidDocument(problems)
-        if not request_digest or len(request_digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(request_digest):
-            raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
-        return await self.groups.run(_Pending(namespace, request, idempotency_key, request_digest))
+        outcome = await self.groups.run(_checked(_Pending(namespace, request, idempotency_key, request_digest)))
+        assert isinstance(outcome, Submission), "only a POST has a record to replay"
+        return outcome
 
-    async def _apply(self, group: Sequence[_Pending]) -> list[Submission | Exception]:
+    async def submit_post(
+            self,
+            *,
+            namespace: str,
+            request: DocumentRequest,
+            idempotency_key: str,
+            request_digest: str,
+            answer: AnswerOf,
+    ) -> Submission | Recorded:
+        """`submit` for a document an HTTP POST sent, with its Idempotency-Key record: Recorded when
+        the key was answered before (nothing accepted); else the Submission, whose `answer` is
+        recorded in the transaction that accepted it. Raises like `submit`; AcceptanceInProgress
+        also when another transaction held the key for longer than `in_progress_wait_s`."""
+        return await self.groups.run(
+            _checked(_Pending(namespace, request, idempotency_key, request_digest, answer=answer))
+        )
+
+    async def _apply(self, group: Sequence[_Pending]) -> list[Submission | Recorded | Exception]:
         async with self.db.acquire() as conn:
             if len(group) == 1:
-                return [await _alone(conn, group[0], settings=self.rolling)]
+                return [await self._alone(conn, group[0])]
             try:
-                return await _submit_group(conn, group, settings=self.rolling)
+                return await _submit_group(conn, group, settings=self.rolling, waits=self.settings)
             except (asyncpg.PostgresError, errors.AcceptanceInProgress) as exc:
                 if isinstance(exc, asyncpg.PostgresConnectionError):
                     raise
                 logger.info("a group of %d documents failed (%s); accepting each alone", len(group),
                             type(exc).__name__)
-            return [await _alone(conn, pending, settings=self.rolling) for pending in group]
+            return [await self._alone(conn, pending) for pending in group]
+
+    async def _alone(self, conn: asyncpg.Connection, pending: _Pending) -> Submission | Recorded | Exception:
+        """One document in its own transaction; a failure is its outcome."""
+        if pending.answer is None:
+            return await _alone(conn, pending, settings=self.rolling)
+        try:
+            (outcome,) = await _submit_group(conn, [pending], settings=self.rolling, waits=self.settings)
+        except asyncpg.PostgresError as exc:
+            return _refusal(exc, namespace=pending.namespace, idempotency_key=pending.idempotency_key)
+        except Exception as exc:
+            return exc
+        return outcome
+
+
+def _checked(pending: _Pending) -> _Pending:
+    """`pending`, once its namespace, idempotency key and digest are known to be storable."""
+    problems: list[applying.FieldError] = []
+    if (reason := _key_problem(pending.idempotency_key)) is not None:
+        problems.append(applying.FieldError("idempotencyKey", reason))
+    if (reason := _namespace_problem(pending.namespace)) is not None:
+        problems.append(applying.FieldError("namespace", reason))
+    if problems:
+        raise applying.InvalidDocument(problems)
+    digest = pending.request_digest
+    if not digest or len(digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(digest):
+        raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
+    return pending
 
 
 async def _alone(
@@ -598,23 +662,46 @@ async def _submit_group(
         group: Sequence[_Pending],
         *,
         settings: RollingBatchSettings,
-) -> list[Submission | Exception]:
-    """Accept `group` (one document per idempotency key) in one transaction: every key claimed in
-    one statement, repeats answered from their records, each document checked against its
-    tenant's rules (a refused one releases its key), the admitted ones appended to their rolling
-    batches a batch at a time. One outcome per document, in order."""
-    outcomes: list[Submission | Exception | None] = [None] * len(group)
+        waits: GroupSettings,
+) -> list[Submission | Recorded | Exception]:
+    """Accept `group` (one document per idempotency key) in one transaction: the POSTs' records
+    claimed in one statement (those answered before are Recorded, and go no further), every
+    document's key claimed in one statement, repeats answered from their records, each document
+    checked against its tenant's rules (a refused one releases its keys), the admitted ones
+    appended to their rolling batches a batch at a time, the POSTs' answers recorded in one
+    statement. One outcome per document, in order.
+
+    Lock order, the same in every transaction: records' keys (sorted), documents' keys (sorted),
+    rolling batches (by group); a record's claim is the only wait before the first lock of the
+    next kind, so two groups sharing a key wait for one another at most once, never in a cycle."""
+    outcomes: list[Submission | Recorded | Exception | None] = [None] * len(group)
     async with conn.transaction():
+        posts = [i for i, p in enumerate(group) if p.answer is not None]
+        recorded: set[tuple[str, str]] = set()
+        if posts:
+            await locks.set_local_lock_timeout(conn, seconds=waits.in_progress_wait_s)
+            recorded = await api_requests.claim_many(
+                conn, [(group[i].namespace, group[i].idempotency_key, group[i].request_digest) for i in posts]
+            )
+            answered = [i for i in posts if group[i].identity not in recorded]
+            if answered:
+                stored = await api_requests.get_many(conn, [group[i].identity for i in answered])
+                for i in answered:
+                    found = stored.get(group[i].identity)
+                    assert found is not None, "the claim found the key taken, so its row exists"
+                    outcomes[i] = Recorded(found)
         await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
+        todo = [i for i in range(len(group)) if outcomes[i] is None]
         claimed = await submissions.insert_many(
-            conn, [submissions.Claim(p.namespace, p.idempotency_key, p.request_digest) for p in group]
-        )
-        repeats = [i for i, p in enumerate(group) if p.identity not in claimed]
+            conn, [submissions.Claim(group[i].namespace, group[i].idempotency_key, group[i].request_digest)
+                   for i in todo]
+        )  # fmt: skip
+        repeats = [i for i in todo if group[i].identity not in claimed]
         if repeats:
-            stored = await submissions.get_many(conn, [group[i].identity for i in repeats])
+            taken = await submissions.get_many(conn, [group[i].identity for i in repeats])
             for i in repeats:
-                outcomes[i] = _repeat(group[i], stored.get(group[i].identity))
-        fresh = [i for i, p in enumerate(group) if p.identity in claimed]
+                outcomes[i] = _repeat(group[i], taken.get(group[i].identity))
+        fresh = [i for i in todo if group[i].identity in claimed]
         job_ids = {i: claimed[group[i].identity] for i in fresh}
         endpoints = {i: _endpoint(group[i]) for i in fresh}
         verdicts = await applying.check_documents(conn, [
@@ -624,7 +711,7 @@ async def _submit_group(
                 document_bytes=group[i].request.document_bytes,
             )
             for i in fresh
-        ])  # fmt: skip
+        ]) if fresh else []  # fmt: skip
         refused: list[tuple[str, str]] = []
         by_batch: dict[str, tuple[_Group, list[tuple[int, applying.Admissible]]]] = {}
         for i, verdict in zip(fresh, verdicts, strict=True):
@@ -656,9 +743,34 @@ async def _submit_group(
             await fairness.register_queue(conn, pool=pool_name, tenant=tenant)
         for pool_name in sorted({pool_name for pool_name, _ in queues}):
             await jobs.notify_available(conn, pool=pool_name)
+        if recorded:
+            await _record(conn, group, outcomes, recorded)
         await failpoints.ahit("intake.before_commit")
     assert all(outcome is not None for outcome in outcomes), "every document has an outcome"
     return [outcome for outcome in outcomes if outcome is not None]
+
+
+async def _record(
+        conn: asyncpg.Connection,
+        group: Sequence[_Pending],
+        outcomes: Sequence[Submission | Recorded | Exception | None],
+        recorded: set[tuple[str, str]],
+) -> None:
+    """The answers of the POSTs whose records this transaction claimed: a submission's 202 written,
+    a refusal's key released (a refusal is not kept: the key can be retried once the cause is fixed)."""
+    answers: list[api_requests.Answer] = []
+    released: list[tuple[str, str]] = []
+    for pending, outcome in zip(group, outcomes, strict=True):
+        if pending.identity not in recorded:
+            continue
+        if isinstance(outcome, Submission):
+            assert pending.answer is not None, "only a POST has a record"
+            location, body = pending.answer(outcome)
+            answers.append(api_requests.Answer(pending.namespace, pending.idempotency_key, 202, location, body))
+        else:
+            released.append(pending.identity)
+    await api_requests.release_many(conn, released)
+    await api_requests.answer_many(conn, answers)
 
 
 def _endpoint(pending: _Pending) -> str | None:

@@ -24,21 +24,19 @@ A request is checked cheapest first, and nothing is read past the first failure:
     database unreachable, saturated     503 unavailable     + Retry-After
     accepted                            202 + Location
 
-The Idempotency-Key record (`lading.db.api_requests`) is taken in a transaction held open while
-the request is accepted (on another connection, from another pool) and answered before it commits:
-a crash anywhere before that commit leaves no record, and the retry is accepted again, which the
-core's own idempotency (the document's submission record, the batch's identity) answers with the
-same job or batch. Failpoints `api.after_accept_before_record` and `api.after_commit_before_answer`
-let tests kill the process at both points. For the same reason the record's commit does not wait
-for the WAL flush (`synchronous_commit = off` for that transaction alone): the acceptance it records
-was flushed before the record was written, so a record lost in a database crash only makes a retry
-go through the core's idempotency again, and each POST costs one flush, not two.
-
-Document POSTs that arrive together share these transactions (`Intake.posts`, `lading.grouping`):
-one transaction claims their keys, releases the refused ones' and writes the accepted ones'
-answers, each in one statement, while their documents are accepted together by the core's
-`intake.GroupSubmitter`; every answer still leaves after both commits. A group whose records fail
-(a key another transaction holds) is answered request by request as above.
+The Idempotency-Key record (`lading.db.api_requests`) of a document POST is claimed and answered
+in the transaction that accepts the document (`intake.GroupSubmitter.submit_post`): documents
+POSTed at the same time share that transaction (group commit), and a POST waits for one commit.
+A crash before it leaves neither the document nor its record, so the retry is accepted afresh; a
+crash after it leaves both, so the retry is the replay. A batch POST's record is taken in a
+transaction held open while the batch is accepted (on another connection, from another pool) and
+answered before it commits: a crash in between leaves no record, and the retry is accepted again,
+which the batch's own identity (its name) answers with the same batch. Failpoints
+`api.after_accept_before_record` (batches) and `api.after_commit_before_answer` let tests kill the
+process at those points. For the same reason that record's commit does not wait for the WAL flush
+(`synchronous_commit = off` for that transaction alone): the acceptance it records was flushed
+before the record was written, so a record lost in a database crash only makes a retry go through
+the core's idempotency again, and each POST costs one flush, not two.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ import dataclasses
 import logging
 import math
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp.web
@@ -58,7 +56,7 @@ import orjson
 import prometheus_client
 import pydantic
 
-from lading import access, applying, errors, failpoints, grouping, health, intake, metrics, reasons
+from lading import access, applying, errors, failpoints, health, intake, metrics, reasons
 from lading.db import api_requests, api_tokens, api_views, batches, deliveries, jobs, locks, queue, registry
 from lading.documents import manifest_lines
 from lading.ids import JobId, PoolName
@@ -74,13 +72,10 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 REPLAYED = "Idempotency-Replayed"
 IDEMPOTENCY_KEY_MAX = intake.IDEMPOTENCY_KEY_MAX
 BIGINT_MAX = 2**63 - 1
-GROUP_MAX = 256
-"""Most document POSTs whose Idempotency-Key records share one transaction."""
-GROUP_CONCURRENCY = 4
-"""Transactions of such records at once (each on its own connection of the records' pool)."""
 TOKEN_CACHE_MAX = 10_000
 """Most token lookups kept (`ApiSettings.token_cache_s`); all are dropped when it is reached."""
 _M = TypeVar("_M", bound=pydantic.BaseModel)
+_T = TypeVar("_T")
 
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
@@ -121,16 +116,6 @@ class _Accepted:
     """The core found the document or batch accepted before (a retry after a lost answer)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Post:
-    """A document POST past its cheap checks, waiting for its group's Idempotency-Key transaction."""
-
-    namespace: str
-    key: str
-    digest: str
-    accept: Callable[[], Awaitable[_Accepted]]
-
-
 class Intake:
     """The handlers, bound to the database pools and the settings."""
 
@@ -153,13 +138,11 @@ class Intake:
         self.kube = kube
         """Reviews Kubernetes ServiceAccount tokens; None: only Lading's tokens are accepted."""
         self.manifest_downloads = asyncio.Semaphore(4)
-        self.submitter = intake.GroupSubmitter(db)
-        """Documents POSTed at the same time are accepted in one transaction (group commit)."""
-        self.posts: grouping.Groups[_Post, aiohttp.web.Response] = grouping.Groups(
-            self._answer_posts, identity=lambda post: (post.namespace, post.key), max_items=GROUP_MAX,
-            concurrency=GROUP_CONCURRENCY,
-        )  # fmt: skip
-        """The Idempotency-Key records of documents POSTed at the same time: one transaction per group."""
+        self.submitter = intake.GroupSubmitter(
+            db, settings=intake.GroupSettings(in_progress_wait_s=settings.in_progress_wait_s)
+        )
+        """Documents POSTed at the same time are accepted, with their Idempotency-Key records, in one
+        transaction (group commit)."""
         self._principals: dict[str, tuple[float, api_tokens.Principal]] = {}
         """Lading tokens looked up lately, by digest, with when the lookup stops counting."""
         self._openapi = orjson.dumps(openapi)
@@ -187,19 +170,15 @@ class Intake:
         key, body = await self._post_body(request)
         document = _parse(intake.DocumentRequest, body)
         digest = intake.request_digest(document)  # the queue intake's digest too
-
-        async def accept() -> _Accepted:
-            submission = await self.submitter.submit(
-                namespace=namespace, request=document, idempotency_key=key, request_digest=digest
-            )
-            location = f"/v1/jobs/{submission.job_id}"
-            accepted = models.DocumentAccepted(
-                job_id=submission.job_id, status_url=location,
-                batch=models.BatchRef(namespace=submission.batch_namespace, name=submission.batch_name),
-            )  # fmt: skip
-            return _Accepted(location, accepted.model_dump(mode="json", by_alias=True), submission.replayed)
-
-        return await self.posts.run(_Post(namespace=namespace, key=key, digest=digest, accept=accept))
+        outcome = await self._accepting(namespace, lambda: self.submitter.submit_post(
+            namespace=namespace, request=document, idempotency_key=key, request_digest=digest,
+            answer=_document_answer,
+        ))  # fmt: skip
+        if isinstance(outcome, intake.Recorded):
+            return _replay(outcome.answered, digest=digest)
+        await failpoints.ahit("api.after_commit_before_answer")
+        location, answer = _document_answer(outcome)
+        return _accepted_response(_Accepted(location, answer, outcome.replayed))
 
     async def post_batch(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         namespace = await self._namespace(request)
@@ -404,78 +383,7 @@ class Intake:
         await failpoints.ahit("api.after_commit_before_answer")
         return _accepted_response(accepted)
 
-    async def _answer_posts(self, posts: Sequence[_Post]) -> list[aiohttp.web.Response | Exception]:
-        """The answers of documents POSTed together: their Idempotency-Key records taken and written
-        in one transaction (`_answer_group`); each alone (`_idempotent`) when there is one, or when
-        the group's transaction failed other than for want of the database."""
-        if len(posts) > 1:
-            try:
-                return await self._answer_group(posts)
-            except asyncpg.PostgresError as exc:
-                if isinstance(exc, UNAVAILABLE):
-                    raise
-                logger.info("the records of %d POSTs failed together (%s); answering each alone", len(posts),
-                            type(exc).__name__)
-        return list(await asyncio.gather(*(self._answer_alone(post) for post in posts)))
-
-    async def _answer_alone(self, post: _Post) -> aiohttp.web.Response | Exception:
-        try:
-            return await self._idempotent(namespace=post.namespace, key=post.key, digest=post.digest,
-                                          accept=post.accept)
-        except Exception as exc:
-            return exc
-
-    async def _answer_group(self, posts: Sequence[_Post]) -> list[aiohttp.web.Response | Exception]:
-        """`_idempotent` for many POSTs (distinct keys) in one transaction of the records: every key
-        claimed in one statement, repeats answered from their records, the new ones accepted
-        concurrently (the core groups them in turn), the refused ones' keys released and the
-        accepted ones' answers written in one statement each, then one commit (lazy, as
-        `_idempotent`'s): an answer leaves only after the commit of its record and of its acceptance."""
-        answers: list[aiohttp.web.Response | Exception | None] = [None] * len(posts)
-        accepted: list[tuple[int, _Accepted]] = []
-        try:
-            async with self.guards.acquire(timeout=self.settings.unavailable_retry_after_s) as guard:
-                async with guard.transaction():
-                    await api_requests.begin_group(guard, lock_timeout_s=self.settings.in_progress_wait_s)
-                    mine = await api_requests.claim_many(guard, [(p.namespace, p.key, p.digest) for p in posts])
-                    repeats = [i for i, p in enumerate(posts) if (p.namespace, p.key) not in mine]
-                    if repeats:
-                        stored = await api_requests.get_many(guard, [(posts[i].namespace, posts[i].key)
-                                                                      for i in repeats])
-                        for i in repeats:
-                            found = stored.get((posts[i].namespace, posts[i].key))
-                            assert found is not None, "the claim found the key taken, so its row exists"
-                            answers[i] = _replay(found, digest=posts[i].digest)
-                    fresh = [i for i, p in enumerate(posts) if (p.namespace, p.key) in mine]
-                    outcomes = await asyncio.gather(
-                        *(self._accepting(posts[i].namespace, posts[i].accept) for i in fresh), return_exceptions=True
-                    )
-                    released: list[tuple[str, str]] = []
-                    for i, outcome in zip(fresh, outcomes, strict=True):
-                        if isinstance(outcome, _Accepted):
-                            accepted.append((i, outcome))
-                            continue
-                        if not isinstance(outcome, Exception):
-                            raise outcome  # cancelled: the transaction rolls back
-                        answers[i] = outcome.response if isinstance(outcome, _Answer) else outcome
-                        released.append((posts[i].namespace, posts[i].key))
-                    await api_requests.release_many(guard, released)
-                    await failpoints.ahit("api.after_accept_before_record")
-                    await api_requests.answer_many(guard, [
-                        api_requests.Answer(posts[i].namespace, posts[i].key, 202, a.location, a.body)
-                        for i, a in accepted
-                    ])  # fmt: skip
-        except UNAVAILABLE as exc:
-            if not isinstance(exc, Exception):
-                raise
-            return [exc] * len(posts)
-        await failpoints.ahit("api.after_commit_before_answer")
-        for i, a in accepted:
-            answers[i] = _accepted_response(a)
-        assert all(answer is not None for answer in answers), "every POST has an answer"
-        return [answer for answer in answers if answer is not None]
-
-    async def _accepting(self, namespace: str, accept: Callable[[], Awaitable[_Accepted]]) -> _Accepted:
+    async def _accepting(self, namespace: str, accept: Callable[[], Awaitable[_T]]) -> _T:
         """`accept()`, with the core's refusals as problem answers."""
         try:
             return await accept()
@@ -548,6 +456,13 @@ class Intake:
             conn, pool=PoolName(found.pool), tenant=found.tenant, batch_id=found.id
         )
         return batch_status.view(found, current, delivered=delivered, failures=failures, where=where)
+
+
+def _document_answer(submission: intake.Submission) -> tuple[str, dict[str, Any]]:
+    """The Location and body of a document's 202 (`models.DocumentAccepted`), as recorded and sent."""
+    location = f"/v1/jobs/{submission.job_id}"
+    batch = {"namespace": submission.batch_namespace, "name": submission.batch_name}
+    return location, {"jobId": submission.job_id, "statusUrl": location, "batch": batch}
 
 
 def _accepted_response(accepted: _Accepted) -> aiohttp.web.Response:

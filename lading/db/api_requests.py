@@ -3,11 +3,14 @@ Repository of the HTTP intake's idempotency record (`api_requests`, migration 00
 (namespace, Idempotency-Key), the canonical request digest a POST was answered 202 for and that
 answer (status, Location, body), replayed to a retry.
 
-A request takes its key with `claim` inside a transaction it keeps open while it is processed and
-writes its answer with `answer` before committing; a concurrent request with the same key waits in
-`claim` for that transaction's outcome, at most the transaction's lock_timeout (then
-`asyncpg.LockNotAvailableError`: the key is in progress). A request that is refused, or whose
-process dies, rolls back and leaves no row, so the key can be used again.
+A request takes its key with `claim` (`claim_many`) inside a transaction it keeps open while it is
+processed and writes its answer with `answer` (`answer_many`) before committing; a concurrent
+request with the same key waits in `claim` for that transaction's outcome, at most the
+transaction's lock_timeout (then `asyncpg.LockNotAvailableError`: the key is in progress). A
+request that is refused, or whose process dies, rolls back or releases its claim and leaves no
+row, so the key can be used again. A document POST's record is kept in the transaction that
+accepts the document (`lading.intake.GroupSubmitter.submit_post`); a batch POST's in a
+transaction of its own, around the batch's acceptance (`lading_api.app`).
 """
 
 from __future__ import annotations
@@ -63,12 +66,7 @@ async def answer(
     await conn.execute(queries.sql("api_request_answer"), namespace, key, status, location, body)
 
 
-# --- A group of POSTs in one transaction (the intake's group commit).
-
-
-async def begin_group(conn: asyncpg.Connection, *, lock_timeout_s: float) -> None:
-    """`commit_lazily` and a lock timeout of `lock_timeout_s` for the current transaction, in one round trip."""
-    await conn.execute(queries.sql("api_request_begin_group"), f"{int(lock_timeout_s * 1000)}ms")
+# --- A group of document POSTs in the transaction that accepts their documents (`lading.intake`).
 
 
 async def claim_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str]]:

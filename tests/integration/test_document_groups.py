@@ -134,3 +134,77 @@ async def test_many_concurrent_callers_each_get_their_own_job_once(
     assert submitter.groups.applied_groups < 200  # grouped: fewer transactions than documents
     digest = hashlib.sha256(b"Invoice doc-0").hexdigest()
     assert await db.fetchval("SELECT content_sha256 FROM extraction_jobs WHERE document_key = 'doc-0'") == digest
+
+
+def answer(submission: intake.Submission) -> tuple[str, dict[str, Any]]:
+    return f"/v1/jobs/{submission.job_id}", {"jobId": submission.job_id, "batch": submission.batch_name}
+
+
+async def posted(
+        submitter: intake.GroupSubmitter, items: list[tuple[str, intake.DocumentRequest]]
+) -> list[intake.Submission | intake.Recorded | BaseException]:
+    """`together` for documents that came in HTTP POSTs, each with its Idempotency-Key record."""
+    return list(await asyncio.gather(*(
+        submitter.submit_post(namespace="acme", request=r, idempotency_key=k, request_digest=intake.request_digest(r),
+                              answer=answer)
+        for k, r in items
+    ), return_exceptions=True))  # fmt: skip
+
+
+async def test_a_posts_record_is_claimed_and_answered_in_the_transaction_that_accepts_its_document(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    await seed(db, maxQueuedJobs=3)
+    submitter = intake.GroupSubmitter(dbpool, settings=intake.GroupSettings(flushers=1))
+    queued = await submitter.submit(namespace="acme", request=request("queued"), idempotency_key="queued",
+                                    request_digest=intake.request_digest(request("queued")))  # no record
+    first = await posted(submitter, [("a", request("a")), ("no-pool", request("b", inferencePoolRef="missing"))])
+    a, no_pool = first
+    assert isinstance(a, intake.Submission) and not a.replayed
+    assert isinstance(no_pool, applying.AdmissionRejected)
+    rows = {r["idempotency_key"]: r for r in await db.fetch("SELECT * FROM api_requests")}
+    assert set(rows) == {"a"}  # a refusal is not kept
+    assert (rows["a"]["status"], rows["a"]["location"]) == (202, f"/v1/jobs/{a.job_id}")
+    assert rows["a"]["request_sha256"] == intake.request_digest(request("a"))
+    # Together: the record's replay, its mismatch, a document the core knew without a record (a
+    # replay, now recorded), a fresh one, and a refusal by the quota (three queued already).
+    again = await posted(submitter, [
+        ("a", request("a")), ("a-2", request("c")), ("queued", request("queued")), ("no-pool", request("d")),
+        ("over", request("e")),
+    ])  # fmt: skip
+    replayed, fresh_key, known, retried, over = again
+    assert isinstance(replayed, intake.Recorded) and replayed.answered.location == f"/v1/jobs/{a.job_id}"
+    assert replayed.answered.body == {"jobId": a.job_id, "batch": a.batch_name}
+    assert isinstance(known, intake.Submission) and known.replayed and known.job_id == queued.job_id
+    assert isinstance(fresh_key, intake.Submission) and isinstance(retried, applying.AdmissionRejected)
+    assert retried.reason == reasons.QUOTA_EXCEEDED and isinstance(over, applying.AdmissionRejected)
+    assert {r["idempotency_key"] for r in await db.fetch("SELECT idempotency_key FROM api_requests")} == {
+        "a", "a-2", "queued"}
+    other = await posted(submitter, [("a", request("a", text="Invoice a, changed"))])
+    assert isinstance(other[0], intake.Recorded)
+    assert other[0].answered.request_sha256 != intake.request_digest(request("a", text="Invoice a, changed"))
+    assert await count(db, "extraction_jobs") == 3
+
+
+@pytest.mark.parametrize("flushers", [1, 3])
+async def test_posts_of_one_key_in_concurrent_groups_make_one_job_and_one_record(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool, flushers: int) -> None:  # fmt: skip
+    await seed(db)
+    submitter = intake.GroupSubmitter(
+        dbpool, settings=intake.GroupSettings(flushers=flushers, max_documents=8, in_progress_wait_s=5.0)
+    )
+    # 20 keys sent 5 times each, interleaved, so every group holds several keys other groups in
+    # flight hold too (in other orders): claims in one order, never a deadlock.
+    items = [(f"k{(i * 7) % 20}", request(f"doc-{(i * 7) % 20}")) for i in range(100)]
+    outcomes = await posted(submitter, items)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    made: dict[str, int] = {}
+    for (key, _), outcome in zip(items, outcomes, strict=True):
+        if isinstance(outcome, intake.Submission):
+            assert not outcome.replayed and key not in made
+            made[key] = outcome.job_id
+    assert len(made) == 20
+    for (key, _), outcome in zip(items, outcomes, strict=True):
+        if isinstance(outcome, intake.Recorded):
+            assert outcome.answered.location == f"/v1/jobs/{made[key]}"
+    assert await count(db, "extraction_jobs") == 20
+    assert await count(db, "api_requests") == 20

@@ -45,12 +45,6 @@ SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM api_
 -- idempotent, so a record lost in a crash only means a retry is accepted again into the same job.
 SET LOCAL synchronous_commit = off;
 
--- name: api_request_begin_group
--- For the rest of the caller's transaction (the records of a group of POSTs): its commit does not
--- wait for the WAL flush (as api_request_commit_lazily) and a lock wait longer than $1 (e.g.
--- '200ms') fails the statement: one round trip for both.
-SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true);
-
 -- name: api_request_claim_many
 -- api_request_claim for keys ($1[i] namespace, $2[i] key) with digests $3[i] at once, in the order
 -- given (callers sort them: one lock order); returns the keys that are ours now.

@@ -1,7 +1,8 @@
 """
 The intake as a process: killed between the acceptance's commit and the answer (the retry gets
-the first job, not a second one), a database it cannot reach (503 with Retry-After), the OpenAPI
-document it serves (and the committed copy, which must not be stale), and `lading tokens`.
+the first job, not a second one) or before the commit (nothing is left half-applied), a database
+it cannot reach (503 with Retry-After), the OpenAPI document it serves (and the committed copy,
+which must not be stale), and `lading tokens`.
 """
 
 from __future__ import annotations
@@ -22,15 +23,53 @@ from lading_cli import main as cli
 
 from tests.integration.api.conftest import ApiProcess, Tenant, call, document, start_api
 
+BATCH = {"name": "march", "spec": {
+    "schema": "invoice.v1", "inferencePoolRef": {"name": "builtin", "namespace": "lading-system"},
+    "documents": [{"key": "a", "text": "Invoice A"}, {"key": "b", "text": "Invoice B"}],
+}}  # fmt: skip
 
-@pytest.mark.parametrize("failpoint", [
-    "api.after_accept_before_record",   # the document committed, the Idempotency-Key record not
-    "api.after_commit_before_answer",   # both committed, the answer never sent
+
+@pytest.mark.parametrize(("route", "failpoint"), [
+    # A document and its Idempotency-Key record commit together: killed after that commit, the
+    # retry is the first answer again.
+    ("documents", "api.after_commit_before_answer"),
+    # A batch's record is written after its acceptance committed: killed in between, the retry
+    # gets the same batch through the core's own idempotency (the batch's name); killed after
+    # both, the record's replay.
+    ("batches", "api.after_accept_before_record"),
+    ("batches", "api.after_commit_before_answer"),
 ])  # fmt: skip
 async def test_a_retry_after_the_server_died_before_answering_gets_the_first_job(
-        failpoint: str, database_url: str, acme: Tenant, db: asyncpg.Connection, http: aiohttp.ClientSession,
+        route: str, failpoint: str, database_url: str, acme: Tenant, db: asyncpg.Connection,
+        http: aiohttp.ClientSession,
 ) -> None:
+    body = document() if route == "documents" else BATCH
     doomed = start_api(database_url, failpoints=f"{failpoint}=kill")
+    try:
+        with pytest.raises(aiohttp.ClientError):
+            await call(http, "POST", f"{doomed.base_url}/v1/namespaces/acme/{route}", tenant=acme, key="k", json=body)
+        assert doomed.process.wait(timeout=30) == -9
+    finally:
+        doomed.kill()
+    jobs = await db.fetchval("SELECT count(*) FROM extraction_jobs")
+    assert jobs == (1 if route == "documents" else 2)
+    first = await db.fetchval("SELECT min(id) FROM extraction_jobs")
+    restarted = start_api(database_url)
+    try:
+        retry = await call(http, "POST", f"{restarted.base_url}/v1/namespaces/acme/{route}", tenant=acme, key="k",
+                           json=body)
+    finally:
+        restarted.kill()
+    location = f"/v1/jobs/{first}" if route == "documents" else "/v1/namespaces/acme/batches/march"
+    assert (retry.status, retry.headers["Location"]) == (202, location)
+    assert retry.headers["Idempotency-Replayed"] == "true"
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == jobs
+
+
+async def test_a_document_killed_before_its_commit_leaves_no_record_and_its_retry_is_accepted(
+        database_url: str, acme: Tenant, db: asyncpg.Connection, http: aiohttp.ClientSession,
+) -> None:
+    doomed = start_api(database_url, failpoints="intake.before_commit=kill")
     try:
         with pytest.raises(aiohttp.ClientError):
             await call(http, "POST", f"{doomed.base_url}/v1/namespaces/acme/documents", tenant=acme, key="k",
@@ -38,17 +77,18 @@ async def test_a_retry_after_the_server_died_before_answering_gets_the_first_job
         assert doomed.process.wait(timeout=30) == -9
     finally:
         doomed.kill()
-    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == 1
-    job_id = await db.fetchval("SELECT id FROM extraction_jobs")
+    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == 0
+    assert await db.fetchval("SELECT count(*) FROM api_requests") == 0
     restarted = start_api(database_url)
     try:
         retry = await call(http, "POST", f"{restarted.base_url}/v1/namespaces/acme/documents", tenant=acme, key="k",
                            json=document())
     finally:
         restarted.kill()
+    job_id = await db.fetchval("SELECT id FROM extraction_jobs")
     assert (retry.status, retry.headers["Location"]) == (202, f"/v1/jobs/{job_id}")
-    assert retry.headers["Idempotency-Replayed"] == "true"
-    assert await db.fetchval("SELECT count(*) FROM extraction_jobs") == 1
+    assert "Idempotency-Replayed" not in retry.headers
+    assert await db.fetchval("SELECT count(*) FROM api_requests") == 1
 
 
 async def test_an_unreachable_database_is_503_with_retry_after(http: aiohttp.ClientSession) -> None:
