@@ -4,7 +4,9 @@ the probes Kubernetes uses.
 
     GET /metrics   Prometheus text format (every metric in lading/metrics.py)
     GET /healthz   liveness: 200 while the process's event loop answers; deliberately not
-                   tied to PostgreSQL, so a database outage never gets healthy pods killed
+                   tied to PostgreSQL, so a database outage never gets healthy pods killed.
+                   A supervisor (`lading worker --processes N`) adds its own check: 200 while
+                   every worker process runs, 503 naming how many do otherwise
     GET /readyz    readiness: 200 only when PostgreSQL answers within a deadline and no
                    migration is pending; 503 with the reason otherwise
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp.web
 import asyncpg
@@ -51,13 +53,28 @@ async def readiness(dsn: str, *, timeout_s: float = READINESS_TIMEOUT_S) -> Read
     return Readiness(True, "ok")
 
 
-def make_app(dsn: str) -> aiohttp.web.Application:
+Liveness = Callable[[], tuple[bool, str]]
+"""A process's own liveness check beyond its event loop: (alive, what to say)."""
+
+
+def make_app(
+        dsn: str,
+        *,
+        registry: prometheus_client.CollectorRegistry | None = None,
+        liveness: Liveness | None = None,
+) -> aiohttp.web.Application:
+    """`registry`: what /metrics serves (default `metrics.REGISTRY`); `liveness`: /healthz's check."""
+    served = registry if registry is not None else metrics.REGISTRY
+
     async def serve_metrics(_: aiohttp.web.Request) -> aiohttp.web.Response:
-        body = prometheus_client.generate_latest(metrics.REGISTRY)
+        body = prometheus_client.generate_latest(served)
         return aiohttp.web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
     async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
-        return aiohttp.web.Response(text="ok\n")
+        if liveness is None:
+            return aiohttp.web.Response(text="ok\n")
+        alive, what = liveness()
+        return aiohttp.web.Response(text=what + "\n", status=200 if alive else 503)
 
     async def readyz(_: aiohttp.web.Request) -> aiohttp.web.Response:
         state = await readiness(dsn)
@@ -79,9 +96,16 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def serving(dsn: str, *, host: str, port: int) -> AsyncIterator[int]:
+async def serving(
+        dsn: str,
+        *,
+        host: str,
+        port: int,
+        registry: prometheus_client.CollectorRegistry | None = None,
+        liveness: Liveness | None = None,
+) -> AsyncIterator[int]:
     """Serve the app while the block runs; yields the bound port (useful with port 0)."""
-    runner = aiohttp.web.AppRunner(make_app(dsn), access_log=None)
+    runner = aiohttp.web.AppRunner(make_app(dsn, registry=registry, liveness=liveness), access_log=None)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, host, port)
     await site.start()

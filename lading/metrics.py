@@ -3,14 +3,64 @@ Every Prometheus metric Lading exports, declared once.
 
 Label sets are bounded: pool, tenant, state, outcome class, reason. Never a job id, a
 document key or a URL.
+
+Several processes, one /metrics (`lading worker --processes N`): the worker processes run with
+PROMETHEUS_MULTIPROC_DIR set to their supervisor's private directory, so every value lives in a
+file there; the supervisor serves `combined_registry(directory)`: its own metrics and the
+processes' files, added up. Counters and histograms add up across processes. Each gauge says how
+(`multiprocess_mode`): `livesum` for what each process holds (attempts in flight), `livemax` for
+what every process reads alike from the database; `live` forgets a process once it has exited.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import prometheus_client as prom
+from prometheus_client import multiprocess, registry
+from prometheus_client import samples as prom_samples
 
 REGISTRY = prom.REGISTRY
 """The registry /metrics serves: the process default, so client-library process metrics come along."""
+
+
+class _Combined(registry.Collector):
+    """This process's own metrics and those of the processes writing into `directory`, one family per
+    name: samples of the same name and labels add up (a `_created` sample keeps the earliest)."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterable[prom.Metric]:
+        families: dict[str, prom.Metric] = {}
+        values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], prom_samples.Sample]] = {}
+        collector = multiprocess.MultiProcessCollector(None, path=self._directory)  # type: ignore[no-untyped-call]
+        children = collector.collect()  # type: ignore[no-untyped-call]
+        for family in [*REGISTRY.collect(), *children]:
+            if family.name not in families:
+                families[family.name] = prom.Metric(family.name, family.documentation, family.type, family.unit)
+                values[family.name] = {}
+            merged = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                seen = merged.get(key)
+                if seen is None:
+                    merged[key] = sample
+                elif sample.name.endswith("_created"):
+                    merged[key] = seen._replace(value=min(seen.value, sample.value))
+                else:
+                    merged[key] = seen._replace(value=seen.value + sample.value)
+        for name, family in families.items():
+            family.samples = list(values[name].values())
+            yield family
+
+
+def combined_registry(directory: str) -> prom.CollectorRegistry:
+    """What a supervisor serves on /metrics: its own metrics and its processes' (PROMETHEUS_MULTIPROC_DIR
+    `directory`), added up. The processes write there; this process must not (its own stay in memory)."""
+    combined = prom.CollectorRegistry(auto_describe=False)
+    combined.register(_Combined(directory))
+    return combined
 
 JOBS_CLAIMED = prom.Counter("lading_jobs_claimed_total", "Jobs claimed by this worker", ["pool"])
 ATTEMPTS_FINISHED = prom.Counter(
@@ -34,7 +84,12 @@ LEASES_LOST = prom.Counter(
 REAPER_RECOVERIES = prom.Counter(
     "lading_reaper_recoveries_total", "Expired leases and deadlines handled by the reaper", ["to_state", "reason"]
 )
-IN_FLIGHT = prom.Gauge("lading_attempts_in_flight", "Attempts currently running in this process", ["pool"])
+IN_FLIGHT = prom.Gauge(
+    "lading_attempts_in_flight",
+    "Attempts currently running in this process",
+    ["pool"],
+    multiprocess_mode="livesum",
+)
 PROVIDER_LATENCY = prom.Histogram(
     "lading_provider_latency_seconds",
     "Model call latency per attempt",
@@ -119,44 +174,65 @@ LIMITER_COOLDOWN_SECONDS = prom.Counter(
 # Database gauges: refreshed by the one elected process (lading_elected/gauges.py); absent elsewhere.
 LabelledGauge = prom.Gauge
 JOBS_BY_STATE = prom.Gauge(
-    "lading_jobs", "Non-terminal jobs by pool, tenant and state (from the database)", ["pool", "tenant", "state"]
+    "lading_jobs", "Non-terminal jobs by pool, tenant and state (from the database)", ["pool", "tenant", "state"],
+    multiprocess_mode="livemax",
 )
 OLDEST_ELIGIBLE_AGE = prom.Gauge(
     "lading_oldest_eligible_age_seconds",
     "Age of the oldest job that could run now, per pool: the autoscaling signal (from the database)",
     ["pool"],
+    multiprocess_mode="livemax",
 )
 POOL_PAUSED = prom.Gauge(
     "lading_pool_paused",
     "1 while a pool claims nothing: paused by its spec, or after its provider refused the key or the quota",
     ["pool"],
+    multiprocess_mode="livemax",
 )
-POOL_COOLING = prom.Gauge("lading_pool_cooling_down", "1 while a pool waits out a 429 cooldown", ["pool"])
-REVIEW_QUEUE_SIZE = prom.Gauge("lading_review_queue_size", "Jobs awaiting a reviewer (from the database)")
+POOL_COOLING = prom.Gauge(
+    "lading_pool_cooling_down",
+    "1 while a pool waits out a 429 cooldown",
+    ["pool"],
+    multiprocess_mode="livemax",
+)
+REVIEW_QUEUE_SIZE = prom.Gauge(
+    "lading_review_queue_size",
+    "Jobs awaiting a reviewer (from the database)",
+    multiprocess_mode="livemax",
+)
 REVIEW_QUEUE_OLDEST_AGE = prom.Gauge(
-    "lading_review_queue_oldest_age_seconds", "How long the oldest job awaiting review has waited (from the database)"
+    "lading_review_queue_oldest_age_seconds", "How long the oldest job awaiting review has waited (from the database)",
+    multiprocess_mode="livemax",
 )
-OUTBOX_UNPUBLISHED = prom.Gauge("lading_outbox_unpublished", "Outbox events not yet published (from the database)")
+OUTBOX_UNPUBLISHED = prom.Gauge(
+    "lading_outbox_unpublished",
+    "Outbox events not yet published (from the database)",
+    multiprocess_mode="livemax",
+)
 OUTBOX_BACKLOG_OLDEST_AGE = prom.Gauge(
     "lading_outbox_backlog_oldest_age_seconds",
     "Age of the oldest unpublished outbox event (from the database, whichever relay runs)",
+    multiprocess_mode="livemax",
 )
 OUTBOX_SET_ASIDE = prom.Gauge(
     "lading_outbox_set_aside",
     "Outbox events set aside because PostgreSQL refused to record their fate (UNSTORABLE); they wait for a "
     "human, not the relay (from the database; alarm when > 0)",
+    multiprocess_mode="livemax",
 )
 DELIVERIES_WAITING_FOR_ENDPOINT = prom.Gauge(
     "lading_deliveries_waiting_for_endpoint",
     "Deliveries held back because their batch names a DeliveryEndpoint that does not exist, per tenant "
     "(from the database; alarm when > 0)",
     ["tenant"],
+    multiprocess_mode="livemax",
 )
 TENANT_BUDGET_EXHAUSTED = prom.Gauge(
     "lading_tenant_budget_exhausted",
     "1 while a budget of the tenant (TenantQuota spec.budget per month or day, or dailyTokenBudget) is spent "
     "and its claims stop, else 0; only tenants with a budget (from the database)",
     ["tenant"],
+    multiprocess_mode="livemax",
 )
 GAUGE_REFRESHES = prom.Counter(
     "lading_gauge_refreshes_total", "Database gauge refreshes done by this process while elected"
@@ -171,12 +247,14 @@ CLEANER_OLDEST_AGE = prom.Gauge(
     "Age of the oldest row the cleaner could delete once past its retention, per table (absent when none; "
     "far above the retention: the cleaner is behind or not running)",
     ["table"],
+    multiprocess_mode="livemax",
 )
 
 # Events: the outbox relay and the broker ingress inbox (lading/events/).
 OUTBOX_OLDEST_UNPUBLISHED_AGE = prom.Gauge(
     "lading_outbox_oldest_unpublished_age_seconds",
     "Age of the oldest outbox event not yet confirmed by the broker (0 when none), measured by the relay",
+    multiprocess_mode="livemax",
 )
 OUTBOX_PUBLISHES = prom.Counter(
     "lading_outbox_publishes_total",
@@ -211,21 +289,25 @@ DELIVERIES_UNKNOWN_EXTERNAL = prom.Gauge(
     "lading_deliveries_unknown_external",
     "Deliveries whose outcome is unknown and wait for reconciliation (`lading deliveries`), per endpoint",
     ["endpoint"],
+    multiprocess_mode="livemax",
 )
 DELIVERIES_WAITING_FOR_SECRET = prom.Gauge(
     "lading_deliveries_waiting_for_secret",
     "Due deliveries held back because their endpoint has no signing secret in this dispatcher (alarm when > 0)",
     ["endpoint"],
+    multiprocess_mode="livemax",
 )
 DELIVERY_BREAKER_STATE = prom.Gauge(
     "lading_delivery_breaker_state",
     "Circuit breaker of an endpoint, shared by all dispatchers: 0 closed, 1 half-open, 2 open",
     ["endpoint"],
+    multiprocess_mode="livemax",
 )
 DELIVERY_AUTH_FAILING = prom.Gauge(
     "lading_delivery_endpoint_auth_failing",
     "1 while an endpoint answers 401/403 repeatedly (its AuthFailing condition): alarm",
     ["endpoint"],
+    multiprocess_mode="livemax",
 )
 DELIVERY_EGRESS_REFUSED = prom.Counter(
     "lading_delivery_egress_refused_total",

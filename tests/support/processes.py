@@ -32,6 +32,8 @@ async def start_worker(
         env: Mapping[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
     extra = {**(env or {}), **({"LADING_FAILPOINTS": failpoints} if failpoints else {})}
+    if "--processes" not in args:
+        args = ["--processes", "1", *args]  # one process, whatever the machine's CPUs: the tests' worker
     handle = log.open("ab")
     try:
         return await asyncio.create_subprocess_exec(
@@ -49,3 +51,19 @@ async def stop(process: asyncio.subprocess.Process) -> None:
             process.send_signal(signal.SIGCONT)  # a stopped process must run to die
             process.kill()
     await process.wait()
+
+
+def children_of(pid: int) -> set[int]:
+    """Process ids whose parent is `pid` (from /proc), e.g. the worker processes of a supervisor."""
+    found = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found

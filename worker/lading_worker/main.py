@@ -4,6 +4,10 @@ The worker process: `python -m lading_worker` or `lading worker`.
 Waits until the database's schema is current (only `lading migrate` applies migrations; until
 then /readyz says which are pending and the log says what to run), then runs one Worker for one
 pool until SIGTERM/SIGINT, draining in-flight attempts within the grace period.
+
+With `--processes N` above 1 (the default: the CPUs available), the command is a supervisor of N
+such worker processes instead (processes.py); --concurrency, --prefetch and --delivery-concurrency
+are then totals, split evenly across them. `--processes 1` runs the worker in this process.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from lading.settings import (
     ReaperSettings,
     WorkerProcessSettings,
 )
-from lading_worker import broker, cleaning, dispatching, running
+from lading_worker import broker, cleaning, dispatching, processes, running
 
 DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
 """Document roots, ':'-separated (e.g. the shared volume's mount); a batch reads beneath `<root>/<namespace>/`."""
@@ -44,8 +48,23 @@ PROVIDER_URL_ENV = "LADING_PROVIDER_URL"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
     parser.add_argument("--pool", required=True, help="InferencePool as namespace/name")
-    parser.add_argument("--concurrency", type=int, default=ClaimerSettings.concurrency)
+    parser.add_argument(
+        "--processes", type=_positive, metavar="N",
+        help="worker processes: above 1, this command supervises N of them (restarts one that dies, passes "
+        "SIGTERM on, serves --http for all) and --concurrency, --prefetch and --delivery-concurrency are "
+        "totals split evenly across them; 1: the worker runs in this process (default: the CPUs this process "
+        "may use, bounded by the cgroup's CPU quota, at most --concurrency)",
+    )  # fmt: skip
+    parser.add_argument("--supervised-by", type=int, metavar="PID", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--concurrency", type=int, default=ClaimerSettings.concurrency,
+        help=f"attempts in flight (default {ClaimerSettings.concurrency})",
+    )  # fmt: skip
     parser.add_argument("--claim-batch", type=int, default=ClaimerSettings.batch_size)
+    parser.add_argument(
+        "--commit-batch", type=int, default=ClaimerSettings.commit_batch_size,
+        help=f"completions committed in one transaction, at most (default {ClaimerSettings.commit_batch_size})",
+    )  # fmt: skip
     parser.add_argument(
         "--prefetch", type=int, default=ClaimerSettings.prefetch, help="jobs claimed ahead of free slots"
     )
@@ -151,6 +170,7 @@ def settings_from(args: argparse.Namespace) -> WorkerProcessSettings:
             batch_size=args.claim_batch,
             prefetch=args.prefetch,
             poll_interval_s=args.poll_interval,
+            commit_batch_size=args.commit_batch,
         ),
         reaper=ReaperSettings(interval_s=args.reaper_interval),
         attempt=AttemptSettings(
@@ -206,7 +226,10 @@ async def serve(
         delivery: dispatching.DeliveryConfig | None = None,
         events: broker.BrokerConfig | None = None,
         cleaner: cleaning.CleanerSettings | None = None,
+        supervisor_pid: int | None = None,
 ) -> None:
+    """One worker in this process. `supervisor_pid`: a worker process of `--processes N`, which leaves
+    the elected jobs to its supervisor and stops when the supervisor is gone."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -215,13 +238,87 @@ async def serve(
         if http is not None:
             host, port = health.parse_listen(http)
             await stack.enter_async_context(health.serving(dsn, host=host, port=port))
+        if supervisor_pid is not None:
+            watcher = asyncio.create_task(processes.watch_parent(supervisor_pid, stop), name="supervisor watch")
+            stack.push_async_callback(_cancelled, watcher)
         if not await schema.wait_until_current(dsn, stop=stop, what="worker"):
             return  # stopped while waiting
         await running.run_worker(
             dsn, settings, stop, api_key=os.environ.get(API_KEY_ENV) or None,
             provider_url=os.environ.get(PROVIDER_URL_ENV) or None, delivery=delivery, events=events,
-            cleaner=cleaner,
+            cleaner=cleaner, elected=supervisor_pid is None,
         )
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return number
+
+
+SPLIT_FLAGS = ("concurrency", "prefetch", "delivery_concurrency")
+"""Totals of the command that a supervisor splits across its worker processes (the rest apply to each)."""
+_NOT_PASSED_ON = frozenset({*SPLIT_FLAGS, "help", "database_url", "amqp_url", "http", "processes", "supervised_by",
+                            "no_dispatcher"})  # fmt: skip
+"""What a worker process is not given as a flag: the URLs go in its environment (a flag shows in `ps`),
+--http is the supervisor's, and the rest is given per process."""
+
+
+def process_count(args: argparse.Namespace) -> int:
+    """How many worker processes `args` asks for: --processes (default: the CPUs available), at most one
+    per attempt of --concurrency."""
+    wanted: int = args.processes or processes.available_cpus()
+    return max(1, min(wanted, int(args.concurrency)))
+
+
+def child_commands(args: argparse.Namespace, count: int, *, supervisor_pid: int) -> list[list[str]]:
+    """The command line of each of `count` worker processes: this command's flags, the totals split."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    common = ["--pool", args.pool]
+    for action in parser._actions:
+        if action.dest in _NOT_PASSED_ON or action.dest == "pool" or not action.option_strings:
+            continue
+        flag, value = action.option_strings[0], getattr(args, action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            common += [flag] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            for item in value or ():
+                common += [flag, str(item)]
+        elif value is not None:
+            common += [flag, str(value)]
+    split = zip(processes.shares(args.concurrency, count), processes.shares(args.prefetch, count),
+                processes.shares(args.delivery_concurrency, count), strict=True)  # fmt: skip
+    commands = []
+    for concurrency, prefetch, delivery_concurrency in split:
+        own = ["--processes", "1", "--supervised-by", str(supervisor_pid),
+               "--concurrency", str(concurrency), "--prefetch", str(prefetch)]  # fmt: skip
+        if args.no_dispatcher or delivery_concurrency < 1:
+            own += ["--no-dispatcher"]
+        else:
+            own += ["--delivery-concurrency", str(delivery_concurrency)]
+        commands.append([*processes.CHILD_COMMAND, *common, *own])
+    return commands
+
+
+def child_environment(args: argparse.Namespace) -> dict[str, str]:
+    """This process's environment with the database and broker URLs of the flags (never on a command line)."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = args.database_url
+    env.pop(broker.AMQP_URL_ENV, None)
+    if args.amqp_url:
+        env[broker.AMQP_URL_ENV] = args.amqp_url
+    return env
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,8 +335,15 @@ def run(args: argparse.Namespace) -> int:
         cleaner = cleaner_from(args)
     except ValueError as exc:
         raise SystemExit(f"lading worker: {exc}") from None
+    count = 1 if args.supervised_by is not None else process_count(args)
+    if count > 1:
+        return asyncio.run(processes.supervise(
+            args.database_url, commands=child_commands(args, count, supervisor_pid=os.getpid()),
+            env=child_environment(args), settings=processes.SupervisorSettings(grace_s=args.grace),
+            http=args.http, cleaner=cleaner,
+        ))  # fmt: skip
     asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery, events=events_from(args),
-                      cleaner=cleaner))
+                      cleaner=cleaner, supervisor_pid=args.supervised_by))
     return 0
 
 

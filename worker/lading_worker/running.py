@@ -11,10 +11,13 @@ The Worker: every loop of one worker process wired as a named task, here and now
     outbox relay     outbox rows to RabbitMQ                 (with --amqp-url; relaying.py)
     ingress consumer RabbitMQ events into the inbox          (with --amqp-url; consuming.py)
     limiter client   the pool's shared rate limiter (lading.limiting), for non-builtin pools
-    gauge refresher  database gauges, one elected process at a time (lading_elected.gauges; run_worker)
-    cleaner          deletes rows past their retention, one elected process (cleaning.py; run_worker)
+    gauge refresher  database gauges, one elected process at a time (lading_elected.gauges; electing)
+    cleaner          deletes rows past their retention, one elected process (cleaning.py; electing)
     GPU allocator    prices the GPU time of pools priced by the GPU hour, one elected process
-                     (lading_elected.gpu_costs; run_worker)
+                     (lading_elected.gpu_costs; electing)
+
+The elected three run in `run_worker`, or, under `lading worker --processes N`, in the supervisor
+(processes.py) instead of in each of its worker processes.
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and
@@ -31,6 +34,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -217,16 +221,26 @@ async def run_worker(
         delivery: dispatching.DeliveryConfig | None = None,
         events: broker.BrokerConfig | None = None,
         cleaner: cleaning.CleanerSettings | None = None,
+        elected: bool = True,
 ) -> None:
-    """Open a pool sized for the worker's loops and run one Worker until `stop`."""
+    """Open a pool sized for the worker's loops and run one Worker until `stop`. `elected` False:
+    this process does not stand for the elected jobs (its supervisor does, `lading worker --processes`)."""
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))
     try:
-        # Every worker stands for election; one across all replicas refreshes the database gauges.
-        # Likewise one, elected apart, deletes what is past its retention.
-        # And one prices the GPU time of pools priced by the GPU hour, interval by interval.
-        async with gauges.refreshing(dsn), cleaning.cleaning(dsn, settings=cleaner), gpu_costs.allocating(dsn):
+        async with contextlib.AsyncExitStack() as stack:
+            if elected:
+                await stack.enter_async_context(electing(dsn, cleaner=cleaner))
             await Worker(
                 db, settings=settings, api_key=api_key, provider_url=provider_url, delivery=delivery, events=events
             ).run(stop)
     finally:
         await db.close()
+
+
+@contextlib.asynccontextmanager
+async def electing(dsn: str, *, cleaner: cleaning.CleanerSettings | None = None) -> AsyncIterator[None]:
+    """Stand for the elected jobs for the body of an `async with`: one process across all replicas
+    refreshes the database gauges; one, elected apart, deletes what is past its retention; and one
+    prices the GPU time of pools priced by the GPU hour, interval by interval."""
+    async with gauges.refreshing(dsn), cleaning.cleaning(dsn, settings=cleaner), gpu_costs.allocating(dsn):
+        yield
