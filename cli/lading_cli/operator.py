@@ -7,8 +7,8 @@
                     [--keda-db-secret NAME:KEY] [--keda-prometheus-url URL]
                     [--standalone | --peering [--peering-name NAME]]
 
-The `--worker-*` flags shape every worker Deployment the operator renders (resources, pull secrets,
-env, volumes and mounts, document roots, labels, annotations, node selector, tolerations, the
+The `--worker-*` flags shape every worker Deployment the operator renders (resources, processes, pull
+secrets, env, volumes and mounts, document roots, labels, annotations, node selector, tolerations, the
 cleaner's retentions); Kubernetes objects (resources, env, volumes, mounts, tolerations) are given
 as JSON, as the chart passes its values.
 
@@ -218,6 +218,11 @@ def _add_worker_arguments(parser: argparse.ArgumentParser, defaults: rendering.O
         metavar="JSON",
         help=f"worker container resources (default {json.dumps(defaults.worker_resources)})",
     )
+    group.add_argument(
+        "--worker-processes", type=_positive, metavar="N",
+        help="worker processes per worker pod (`lading worker --processes`), sharing the pool's concurrency "
+        "(default: the whole CPUs of the --worker-resources CPU limit, else of its request, at least 1)",
+    )  # fmt: skip
     group.add_argument("--worker-image-pull-secret", action="append", default=[], metavar="NAME",
                        help="Secret to pull the worker image with, in each pool's namespace (repeatable)")
     group.add_argument("--worker-env", type=_json_of(list, "--worker-env"), default=[], metavar="JSON",
@@ -259,6 +264,7 @@ def render_config(args: argparse.Namespace) -> rendering.OperatorConfig:
         amqp_url_secret=args.amqp_secret,
         egress_allow=tuple(args.worker_egress_allow),
         worker_resources=args.worker_resources,
+        worker_processes=args.worker_processes,
         image_pull_secrets=tuple(args.worker_image_pull_secret),
         extra_env=tuple(args.worker_env),
         volumes=tuple(args.worker_volumes),

@@ -31,7 +31,8 @@ shortened with a hash suffix when the pool's name is long, so two long pool name
 Secrets: rendered objects only ever *reference* Secrets (`secretKeyRef`, projected Secret volumes,
 KEDA `secretTargetRef`); no value is ever read or written here.
 
-The worker pod runs `lading worker --pool NAMESPACE/NAME --concurrency N --http 0.0.0.0:8080` with:
+The worker pod runs `lading worker --pool NAMESPACE/NAME --concurrency N --processes P --http 0.0.0.0:8080`
+(P worker processes share the pod's N attempts; `worker_processes`) with:
     DATABASE_URL               secretKeyRef OperatorConfig.database_secret
     LADING_PROVIDER_API_KEY    secretKeyRef spec.endpoint.apiKeySecretRef (external pools with a key)
     LADING_PROVIDER_URL        the vLLM Service's URL (vllm pools), see vllm_endpoint_url
@@ -70,6 +71,8 @@ WORKER_IMAGE_DEFAULT = "ghcr.io/lading-dev/lading:0.1.0"
 """Pinned like the vLLM image: a new image is a deliberate rollout."""
 WORKER_GRACE_S_DEFAULT = 20
 """The worker's own drain period (`--grace`, lading.settings.WorkerProcessSettings.shutdown_grace_s)."""
+WORKER_PROCESSES_MAX = 64
+"""Worker processes per pod, at most (`lading worker --processes`); each holds its own connections."""
 WORKER_TERMINATION_EXTRA_S = 10
 """Kubernetes' grace period is the worker's drain plus this, so SIGKILL never cuts a drain short."""
 VLLM_STARTUP_BUDGET_S = 1800
@@ -177,6 +180,10 @@ class OperatorConfig:
         default_factory=lambda: {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
     )
     """Worker container resources. The worker waits on the model; it needs little CPU."""
+    worker_processes: int | None = None
+    """Worker processes per worker pod (`lading worker --processes`; a Python process computes on one core),
+    sharing the pod's `--concurrency`. None: the whole CPUs of the worker container's CPU limit (else of its
+    request), at least 1 (`worker_process_count`): a pod with a 2-CPU limit runs 2, the default 100m runs 1."""
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Extra labels on every rendered object and pod (e.g. a team or cost centre)."""
     keda_database_secret: SecretKeySelector | None = None
@@ -216,6 +223,9 @@ class OperatorConfig:
             raise ValueError(f"worker_http_port {self.worker_http_port} is not a TCP port")
         if not 0 <= self.worker_grace_s <= 3600:
             raise ValueError(f"worker_grace_s {self.worker_grace_s} must be between 0 and 3600")
+        if self.worker_processes is not None and not 1 <= self.worker_processes <= WORKER_PROCESSES_MAX:
+            raise ValueError(f"worker_processes {self.worker_processes} must be between 1 and {WORKER_PROCESSES_MAX}")
+        worker_process_count(self)  # a CPU quantity that does not parse is named here, not in a pod
         for key, value in (*self.labels.items(), *self.node_selector.items()):
             if not re.fullmatch(specs.LABEL_KEY_PATTERN, key) or not re.fullmatch(specs.LABEL_VALUE_PATTERN, value):
                 raise ValueError(f"label {key}={value!r} is not a valid Kubernetes label")
@@ -527,11 +537,38 @@ def vllm_service(pool: specs.InferencePool, *, uid: str, config: OperatorConfig 
 # --- Workers.
 
 
+_CPU_QUANTITY = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<milli>m?)")
+
+
+def cpu_quantity(value: str | float) -> float:
+    """A Kubernetes CPU quantity in CPUs: "2" -> 2.0, "1500m" -> 1.5, 0.5 -> 0.5; ValueError otherwise."""
+    match = _CPU_QUANTITY.fullmatch(str(value).strip())
+    if match is None:
+        raise ValueError(f"CPU quantity {value!r} is not a number of CPUs or millicores (e.g. 2, 1.5, 500m)")
+    number = float(match["number"])
+    return number / 1000 if match["milli"] else number
+
+
+def worker_process_count(config: OperatorConfig) -> int:
+    """`lading worker --processes` of every worker pod: `worker_processes`, else the whole CPUs of the
+    container's CPU limit (else of its CPU request), at least 1, at most WORKER_PROCESSES_MAX."""
+    if config.worker_processes is not None:
+        return config.worker_processes
+    for kind in ("limits", "requests"):
+        cpu = config.worker_resources.get(kind, {}).get("cpu")
+        if cpu is not None:
+            return max(1, min(WORKER_PROCESSES_MAX, int(cpu_quantity(cpu))))
+    return 1
+
+
 def worker_args(pool: specs.InferencePool, config: OperatorConfig) -> list[str]:
+    # At most one process per attempt: the worker would cap it itself, but the rendering shows what runs.
+    processes = min(worker_process_count(config), pool.spec.workers.concurrency)
     args = [
         *config.worker_command[1:],
         "--pool", pool_key(pool),
         "--concurrency", str(pool.spec.workers.concurrency),
+        "--processes", str(processes),
         "--http", f"0.0.0.0:{config.worker_http_port}",
         "--grace", str(config.worker_grace_s),
     ]

@@ -67,6 +67,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 - --worker-resources
 - {{ toJson $w.resources | quote }}
+{{- with $w.processes }}
+- --worker-processes
+- {{ . | toString | quote }}
+{{- end }}
 {{- range $w.egressAllow }}
 - --worker-egress-allow
 - {{ . | quote }}

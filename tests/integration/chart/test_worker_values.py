@@ -71,6 +71,7 @@ def test_container_resources_env_volumes_and_document_roots_reach_the_worker(wor
     assert {"name": "documents", "mountPath": "/documents", "readOnly": True} in container["volumeMounts"]
     args = container["args"]
     assert args[args.index("--document-root") + 1] == "/documents"
+    assert args[args.index("--processes") + 1] == "3"
 
 
 def test_cleaner_and_retention_values_reach_the_worker_and_parse_as_lading_worker_flags(
@@ -123,6 +124,8 @@ def test_defaults_render_the_worker_as_before() -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert not {"imagePullSecrets", "nodeSelector", "tolerations"} & set(pod)
     assert "annotations" not in deployment["metadata"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--processes") + 1] == "1", "the default pod (100m CPU, no CPU limit) runs one process"
 
 
 @pytest.mark.parametrize(
@@ -132,6 +135,7 @@ def test_defaults_render_the_worker_as_before() -> None:
         ("workers.retentionHours.inbox=12", "/workers/retentionHours/inbox"),
         ("workers.documentRoots={documents}", "/workers/documentRoots/0"),
         ("keda.prometheusUrl=prometheus:9090", "/keda/prometheusUrl"),
+        ("workers.processes=0", "/workers/processes"),
     ],
 )
 def test_values_schema_rejects_bad_worker_values(override: str, expected: str) -> None:

@@ -249,7 +249,7 @@ def test_worker_runs_lading_worker_for_the_pool() -> None:
     assert deployment["spec"]["replicas"] == 4
     assert c["image"] == "registry.example/lading:1.2.3"
     assert [*c["command"], *c["args"]] == [
-        "lading", "worker", "--pool", "lading-system/qwen", "--concurrency", "16",
+        "lading", "worker", "--pool", "lading-system/qwen", "--concurrency", "16", "--processes", "1",
         "--http", "0.0.0.0:8080", "--grace", "20",
     ]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -269,12 +269,43 @@ def test_worker_command_is_what_the_worker_itself_parses() -> None:
     assert c["args"][0] == "worker"
     args = parser.parse_args(c["args"][1:])
     assert (args.pool, args.concurrency, args.http, args.grace) == ("lading-system/qwen", 16, "0.0.0.0:8080", 20.0)
+    assert args.processes == 1
     env = env_of(deployment)
     assert {egress.ENV_VAR, delivery_secrets.ENV_VAR} <= set(env)
     external = env_of(rendering.worker_deployment(EXTERNAL, uid=UID, config=CONFIG, replicas=1))
     assert worker_main.API_KEY_ENV in external
     cidrs = egress.parse_cidrs([env[egress.ENV_VAR]["value"]])
     assert [str(n) for n in cidrs] == ["10.20.0.0/16", "192.168.7.0/24"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "processes", "expected"),
+    [
+        ({"requests": {"cpu": "100m"}}, None, 1),
+        ({"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}}, None, 2),
+        ({"limits": {"cpu": "2500m", "memory": "2Gi"}}, None, 2),
+        ({"requests": {"cpu": 3}}, None, 3),
+        ({"limits": {"memory": "1Gi"}}, None, 1),
+        ({"limits": {"cpu": "2"}}, 4, 4),
+        ({"limits": {"cpu": "64"}}, None, 16),
+    ],
+)
+def test_worker_processes_follow_the_cpu_limit_unless_set(
+        resources: dict[str, dict[str, Any]], processes: int | None, expected: int
+) -> None:
+    """A pod with a 2-CPU limit runs 2 worker processes; never more processes than attempts (concurrency 16)."""
+    config = rendering.OperatorConfig(worker_resources=resources, worker_processes=processes)
+    args = container(rendering.worker_deployment(VLLM_FULL, uid=UID, config=config, replicas=1))["args"]
+    assert args[args.index("--processes") + 1] == str(expected)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [({"worker_processes": 0}, "worker_processes 0"), ({"worker_resources": {"limits": {"cpu": "two"}}}, "'two'")],
+)
+def test_bad_worker_processes_are_refused_by_name(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        rendering.OperatorConfig(**config)
 
 
 def test_a_bad_egress_range_is_refused_by_name() -> None:
