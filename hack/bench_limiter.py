@@ -183,6 +183,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "SELECT extract(epoch FROM (SELECT min(started_at) FROM job_attempts))::float8 AS claim, "
             "       extract(epoch FROM (SELECT min(acquired_at) FROM limiter_permits))::float8 AS grant"
         )
+        slots = await _slots(conn, concurrency=concurrency)
         holds = await conn.fetchrow(
             "SELECT avg(extract(epoch FROM released_at - acquired_at))::float8 AS hold,"
             "       sum(extract(epoch FROM released_at - acquired_at))::float8 AS held,"
@@ -198,8 +199,53 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "first_claim_s": round(first["claim"] - started_wall, 3),
             "first_grant_s": round(first["grant"] - started_wall, 3),
             "permit_held_ms": round(holds["hold"] * 1000, 1), "mean_in_flight": round(holds["held"] / holds["span"], 2),
+            **slots,
             "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2)},
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
+
+
+SLOTS_SQL = """
+WITH grants AS (
+    SELECT acquired_at AS a, row_number() OVER (ORDER BY acquired_at, id) AS n FROM limiter_permits
+), releases AS (
+    SELECT released_at AS r, row_number() OVER (ORDER BY released_at, id) AS n
+      FROM limiter_permits WHERE released_at IS NOT NULL
+), gaps AS (
+    SELECT extract(epoch FROM g.a - r.r)::float8 AS g FROM releases r JOIN grants g ON g.n = r.n + $1
+)
+SELECT (SELECT extract(epoch FROM max(a) - min(a))::float8 FROM grants) AS busy_s,
+       (SELECT extract(epoch FROM max(r) - max(a))::float8 FROM releases, grants) AS tail_s,
+       (SELECT extract(epoch FROM (SELECT a FROM grants WHERE n = $1) - min(a))::float8 FROM grants) AS full_after_s,
+       count(*) AS refills,
+       count(*) FILTER (WHERE g < 0.001) AS in_release,
+       sum(g) AS empty_slot_s,
+       avg(g) AS gap_mean_s,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY g) FILTER (WHERE g >= 0.001) AS other_gap_p50_s,
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY g) FILTER (WHERE g >= 0.001) AS other_gap_p90_s
+  FROM gaps
+"""
+
+
+async def _slots(conn: asyncpg.Connection, *, concurrency: int) -> dict[str, Any]:
+    """Where the slots went, from the permits. With every slot in use from the first grants on, the
+    grant that refills the slot of the i-th release is the (i + concurrency)-th: the time between
+    them is the slot standing empty (under 1 ms: granted in the release's own transaction). Also:
+    the slots in use between the first and the last grant (attempts were waiting throughout), how
+    long after the first grant every slot was in use, and the tail from the last grant to the last
+    release."""
+    row = await conn.fetchrow(SLOTS_SQL, concurrency)
+    assert row is not None
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value * 1000, 2)
+
+    busy_s, empty_s = row["busy_s"] or 0.0, row["empty_slot_s"] or 0.0
+    return {"busy_in_flight": round(concurrency - empty_s / busy_s, 2) if busy_s else None,
+            "tail_ms": ms(row["tail_s"]), "all_slots_in_use_after_ms": ms(row["full_after_s"]),
+            "refills": row["refills"], "refilled_in_release": row["in_release"],
+            "release_to_grant_mean_ms": ms(row["gap_mean_s"]),
+            "release_to_grant_other_p50_ms": ms(row["other_gap_p50_s"]),
+            "release_to_grant_other_p90_ms": ms(row["other_gap_p90_s"])}
 
 
 async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:

@@ -269,6 +269,9 @@ class _Waiter:
     granted: asyncio.Future[Permit]
     asking: bool = False
     """A query that may grant it is in flight (the asker's or a release's): no other asks for it."""
+    since: float = dataclasses.field(default_factory=time.monotonic)
+    recorded: bool = False
+    """Recorded as waiting in the database (`limiter_waiters`): another replica's release may grant it."""
 
 
 class PoolLimiter:
@@ -293,7 +296,9 @@ class PoolLimiter:
         self._wake = asyncio.Event()  # set with every such release, and when a release here granted permits
         self._full_seq: int | None = None  # `_seq` when the last answer refused for concurrency alone
         self._handoffs = 0  # releases in a row that handed their slot to a waiter here
+        self._asker_idle = False  # the asker waits only because every waiter is asked for by a release
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
+        self._listener_pid: int | None = None  # its backend pid: how other replicas address a grant to this one
         self._listening = False
         self._settling: set[asyncio.Task[None]] = set()
         self._estimators: dict[str, PromptEstimator] = {}
@@ -319,7 +324,11 @@ class PoolLimiter:
             await self._record_estimates()
         if self._listener is not None:
             listener, self._listener = self._listener, None
+            pid, self._listener_pid = self._listener_pid, None
             try:
+                if pid is not None:  # no release may grant a slot to an attempt of this replica any more
+                    with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                        await limiter.forget_waiters(listener, pool=self.pool, listener=pid)
                 await listener.remove_listener(RELEASED_CHANNEL, self._heard)
             finally:
                 await self.db.release(listener)
@@ -331,12 +340,27 @@ class PoolLimiter:
         try:
             self._listener = await self.db.acquire()
             await self._listener.add_listener(RELEASED_CHANNEL, self._heard)
+            self._listener_pid = self._listener.get_server_pid()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             logger.warning("Cannot LISTEN for limiter releases, polling only: %s", exc)
 
     def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload == self.pool:
             self._released()
+            return
+        # A release in another replica granted its slot to an attempt of this one (migration 0033):
+        # pool, listener pid, permit, job, fence, tokens.
+        fields = payload.split("\t")
+        if len(fields) != 6 or fields[0] != self.pool or fields[1] != str(self._listener_pid):
+            return
+        permit = Permit(id=int(fields[2]), tokens_reserved=int(fields[5]))
+        job_id, fence = int(fields[3]), int(fields[4])
+        for waiter in self._queue:
+            if waiter.job_id == job_id and waiter.fence == fence and not waiter.granted.done():
+                self._queue.remove(waiter)
+                waiter.granted.set_result(permit)
+                return
+        self._give_back(permit)  # it gave up (or was granted another way) meanwhile
 
     def _released(self) -> None:
         """A permit was released and its slot left free: the next ask may be granted."""
@@ -469,13 +493,14 @@ class PoolLimiter:
         self._settling.add(task := asyncio.create_task(self.release(permit, tokens_used=None)))
         task.add_done_callback(self._settling.discard)
 
-    def _batch(self) -> list[_Waiter]:
-        """The first `max_batch` waiters no query in flight asks for, in arrival order."""
+    def _batch(self, limit: int | None = None) -> list[_Waiter]:
+        """The first `limit` (default `max_batch`) waiters no query in flight asks for, in arrival order."""
+        limit = self.settings.max_batch if limit is None else limit
         batch: list[_Waiter] = []
         for waiter in self._queue:
             if not waiter.asking and not waiter.granted.done():
                 batch.append(waiter)
-                if len(batch) == self.settings.max_batch:
+                if len(batch) == limit:
                     break
         return batch
 
@@ -516,14 +541,18 @@ class PoolLimiter:
         if not batch:
             # Every waiter in front is asked for by a release here: its answer wakes this one.
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.concurrency_poll_s)
+            self._asker_idle = True
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.settings.concurrency_poll_s)
+            finally:
+                self._asker_idle = False
             return
         seq = self._seq
         for waiter in batch:
             waiter.asking = True
         try:
-            permits, refusal = await self.try_acquire_many([(w.job_id, w.fence, w.tokens) for w in batch])
+            permits, refusal = await self._ask(batch)
         finally:
             for waiter in batch:
                 waiter.asking = False
@@ -535,6 +564,30 @@ class PoolLimiter:
         if permits or refusal.reason == "concurrency":
             return  # the next in line asks again at once, or (full) waits for a release
         await asyncio.sleep(refusal.retry_in_s)
+
+    async def _ask(self, batch: Sequence[_Waiter]) -> tuple[list[Permit], Refusal | None]:
+        """Ask for the permits of `batch`; refused for concurrency, the attempts not granted are recorded
+        as waiting (once each), so that a release in another replica can grant one its slot directly."""
+        asked = [(w.job_id, w.fence, w.tokens) for w in batch]
+        listener = self._listener_pid
+        if listener is None:  # not listening: a grant from elsewhere could not be heard
+            return await self.try_acquire_many(asked)
+        asked = self._asked(asked)
+        now = time.monotonic()
+        async with self.db.acquire() as conn:
+            try:
+                grant, recorded = await limiter.acquire_recording(
+                    conn, pool=self.pool, asked=asked, listener=listener,
+                    record=[not w.recorded for w in batch], waited_s=[now - w.since for w in batch],
+                    **self._limits_args(),
+                )  # fmt: skip
+            except asyncpg.NoDataFoundError as exc:
+                raise LookupError(str(exc)) from None
+        if recorded:
+            for waiter in batch[len(grant.permit_ids):]:
+                waiter.recorded = True
+        await self._maybe_prune()
+        return self._answer(grant, [t for _, _, t in asked])
 
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
         """Ask once for one permit: the permit, or why not and when to ask again."""
@@ -617,30 +670,26 @@ class PoolLimiter:
     async def release(self, permit: Permit, *, tokens_used: int | None) -> None:
         """Free the in-flight permit; `tokens_used` replaces the reservation in the window (None keeps it).
 
-        With attempts of this process waiting, the same call asks for them (`handoff_streak` times in
-        a row at most): the slot goes to the next of them without a wake-up in any replica. Otherwise,
-        or when nothing was granted, every replica's asker is woken (NOTIFY)."""
+        With attempts of this process waiting, the same call asks for the next of them
+        (`handoff_streak` times in a row at most): the slot goes to it without a wake-up in any
+        replica. Otherwise the same call grants the slot to the attempt of another replica that has
+        waited longest, and NOTIFYs that replica alone. When nothing was granted, every replica's
+        asker is woken (NOTIFY)."""
         handing_over = self._handoffs < self.settings.handoff_streak
-        batch = self._batch() if handing_over else []
-        if not batch:
-            self._handoffs = 0
-            async with self.db.acquire() as conn:
-                await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
-            if handing_over or self._listener is None:
-                self._released()
-            # else: after a streak of hand-overs the asker here is woken by the NOTIFY, like every
-            # other replica's, so that one of theirs may take the slot.
-            return
+        # One waiter: the release frees one slot. Releases that finish together (calls granted
+        # together end together) then each hand their slot to a waiter of their own.
+        batch = self._batch(1) if handing_over else []
         seq = self._seq
         asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
         for waiter in batch:
             waiter.asking = True
+        handed_to: int | None = None
         try:
             async with self.db.acquire() as conn:
                 try:
-                    grant: limiter.Grant | None = await limiter.release_and_acquire_many(
+                    grant, handed_to = await limiter.release_and_grant(
                         conn, permit_id=permit.id, tokens_used=tokens_used, pool=self.pool, asked=asked,
-                        **self._limits_args(),
+                        listener=self._listener_pid, **self._limits_args(),
                     )  # fmt: skip
                 except asyncpg.NoDataFoundError:  # the pool is gone: release alone
                     await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
@@ -652,11 +701,19 @@ class PoolLimiter:
         self._resolve(batch, permits)
         if permits:
             self._handoffs += 1
-            self._note(refusal, seq=seq)
-            self._wake.set()  # the asker may be among those granted
-        else:
-            self._handoffs = 0
+            assert grant is not None
+            full = refusal is not None or grant.in_flight >= self.limits.max_concurrency
+            self._note(refusal or (Refusal("concurrency", 0.0) if full else None), seq=seq)
+            if self._asker_idle:
+                self._wake.set()  # waiting only for the answers of releases like this one
+            return
+        self._handoffs = 0
+        if handed_to is not None:
+            return  # the slot went straight to another replica's attempt
+        if handing_over or self._listener is None:
             self._released()
+        # else: after a streak of hand-overs the asker here is woken by the NOTIFY, like every
+        # other replica's, so that one of theirs may take the slot.
 
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.

@@ -29,7 +29,8 @@ Repositories, by table (queries in sql/<file>)
     fairness.py        tenant_queues and daily token budgets    tenant_queues.sql, tenants.sql
     queue.py           a batch's place in its pool's queue: its priority changed on its jobs,
                        its queue position and ETA (operator, `lading status`)  queue.sql
-    limiter.py         limiter_permits, limiter_seconds and limiter_estimates  limiter.sql
+    limiter.py         limiter_permits, limiter_seconds, limiter_estimates and limiter_waiters
+                                                                limiter.sql
     results.py         results as a reviewer corrects them, and as people read them  results.sql
     review_decisions.py  the review audit trail                 review_decisions.sql
     retention.py       the cleaner's deletes, one per table, next to the index each walks

@@ -1,7 +1,7 @@
 """
 Repository of the distributed admission limiter (`sql/limiter.sql`; tables limiter_permits,
-limiter_seconds and limiter_estimates, the pool's cooldown in pools; functions of migrations
-0011, 0014 and 0028).
+limiter_seconds, limiter_estimates and limiter_waiters, the pool's cooldown in pools; functions
+of migrations 0011, 0014, 0028 and 0033).
 
 What the limiter decides from these answers, and why, is `lading.limiting`.
 """
@@ -83,6 +83,69 @@ async def release_and_acquire_many(
     )  # fmt: skip
     assert row is not None
     return _grant(row)
+
+
+async def acquire_recording(
+        conn: asyncpg.Connection,
+        *,
+        pool: PoolName,
+        asked: Sequence[tuple[JobId, int, int]],
+        listener: int,
+        record: Sequence[bool],
+        waited_s: Sequence[float],
+        requests_per_minute: int,
+        tokens_per_minute: int,
+        max_concurrency: int,
+        permit_ttl_s: float,
+        window_s: float,
+        per_second: int,
+) -> tuple[Grant, int]:
+    """`try_acquire_many`, and, when the next asked permit is refused for concurrency alone, record the
+    attempts not granted whose `record` is set as waiting in the replica listening as backend pid
+    `listener`, since `waited_s` ago. Returns the grant and how many attempts were recorded."""
+    row = await conn.fetchrow(
+        queries.sql("limiter_acquire_recording"),
+        pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
+        requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second,
+        listener, list(record), list(waited_s),
+    )  # fmt: skip
+    assert row is not None
+    return _grant(row), int(row["recorded"] or 0)
+
+
+async def release_and_grant(
+        conn: asyncpg.Connection,
+        *,
+        permit_id: int,
+        tokens_used: int | None,
+        pool: PoolName,
+        asked: Sequence[tuple[JobId, int, int]],
+        listener: int | None,
+        requests_per_minute: int,
+        tokens_per_minute: int,
+        max_concurrency: int,
+        permit_ttl_s: float,
+        window_s: float,
+        per_second: int,
+) -> tuple[Grant | None, int | None]:
+    """Release a permit and, in the same transaction, ask for the `asked` permits (this replica's own
+    waiting attempts: the grant); or, with none asked, grant the slot to the longest-waiting recorded
+    attempt of another replica than `listener`'s and NOTIFY it the permit (the pid of the replica
+    granted). When nothing was granted, every replica is woken (NOTIFY with the pool's name).
+    `asyncpg.NoDataFoundError` (nothing released) when the pool is not registered."""
+    row = await conn.fetchrow(
+        queries.sql("limiter_release_grant"),
+        permit_id, tokens_used,
+        pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
+        requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second, listener,
+    )  # fmt: skip
+    assert row is not None
+    return (_grant(row) if asked else None), row["handed_to"]
+
+
+async def forget_waiters(conn: asyncpg.Connection, *, pool: PoolName, listener: int) -> None:
+    """Forget the waiting attempts the replica listening as backend pid `listener` recorded."""
+    await conn.execute(queries.sql("limiter_waiters_forget"), pool, listener)
 
 
 def _grant(row: asyncpg.Record) -> Grant:

@@ -49,6 +49,35 @@ SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS co
        o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
   FROM lading_limiter_release_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
+-- name: limiter_acquire_recording
+-- limiter_try_acquire ($1..$10), and when the next asked permit is refused for concurrency alone,
+-- the attempts not granted whose $12[i] is set are recorded as waiting in the replica whose
+-- LISTEN connection has backend pid $11, since $13[i] seconds ago (migration 0033): a release in
+-- another replica may then grant one of them its slot directly. Granted attempts are forgotten.
+SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
+       o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
+       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s,
+       o_recorded AS recorded
+  FROM lading_limiter_acquire_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+
+-- name: limiter_release_grant
+-- Release permit $1 ($2: the tokens to count, NULL keeps the reservation), then in the same
+-- transaction (migration 0033): ask for the permits of $4/$5/$6 (this replica's own waiting
+-- attempts) under limits $7..$12 like limiter_try_acquire; or, with none asked, grant the slot to
+-- the longest-waiting recorded attempt of another replica than the one listening as backend pid
+-- $13, and NOTIFY it the permit; when nothing was granted, NOTIFY every replica (payload: $3).
+-- handed_to: the listener pid of the replica granted the slot, NULL when none was.
+SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
+       o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
+       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s,
+       o_handed_to AS handed_to
+  FROM lading_limiter_release_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+
+-- name: limiter_waiters_forget
+-- The replica listening as backend pid $2 stops: forget the attempts it recorded as waiting for
+-- pool $1, so that no release grants them a slot.
+DELETE FROM limiter_waiters WHERE pool = $1 AND listener = $2;
+
 -- name: limiter_observe
 -- The provider's x-ratelimit-* headers for pool $1: $2 requests left, whole again in $3 s; $4
 -- tokens left, whole again in $5 s (NULL: not said). Where they show less room than the local
@@ -69,8 +98,12 @@ RETURNING extract(epoch FROM cooldown_until - clock_timestamp())::float8 AS cool
 
 -- name: limiter_prune
 -- Forget permits of pool $1 that no longer count for anything: out of the window and released
--- or expired. Locked in id order, skipping rows another pruner is already deleting.
-WITH doomed AS (
+-- or expired. Locked in id order, skipping rows another pruner is already deleting. Also forget
+-- the waiting attempts recorded by replicas whose LISTEN connection is gone (migration 0033).
+WITH gone AS (
+    DELETE FROM limiter_waiters w
+     WHERE w.pool = $1 AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(w.listener))
+), doomed AS (
     SELECT p.id
       FROM limiter_permits p
      WHERE p.pool = $1
