@@ -6,6 +6,16 @@ same PostgreSQL and RabbitMQ, one after the other.
   `EvidencedNoopProvider` (every job passes invoice-strict-v1's validation in full), at one fixed
   setting (`LADING_SETTING`, the best of the `dispatch` grid on this kind of machine); then the
   review path (`NoopProvider`, every job REVIEW_REQUIRED) at the same setting.
+- Lading, SUCCEEDED path, `lading worker --processes 2`: the same 20,000 jobs at the same setting
+  (`--concurrency 500` in all, split 250 + 250), as real processes: a supervisor and its two worker
+  processes (`python -m compare_peers.lading_noop_worker`, i.e. `lading worker` with the same
+  provider), started once the backlog is loaded and stopped by SIGTERM to the supervisor's PID.
+  Measured once both worker processes claim (interpreter start-up left out, as for Celery; a
+  process that comes up a second later would otherwise count as a slower system): jobs/s of the
+  jobs finished from the later process's first attempt to the last job's finish (database
+  timestamps); worker CPU is the supervisor's and its children's (/proc, as Celery's), and
+  PostgreSQL's its backends', from the poll that saw both processes claim to the poll that saw
+  every job settled (both polls every LADING_PROCESS_POLL_S, on the harness's connection).
 - Procrastinate 3: no-op jobs (deferred first, in batches), its own schema in its own database,
   its worker in this process (`run_worker_async(wait=False)`, which returns once the queue is
   empty) at concurrency 10 and 50; jobs/s from the first `started` event to the last `succeeded`.
@@ -85,6 +95,10 @@ TARGET_VS_PROCRASTINATE = 10.0
 TARGET_ACCEPT_VS_COPY = 0.85
 
 LADING_SUCCEEDED = "lading_succeeded"
+LADING_PROCESSES = "lading_succeeded_processes_2"
+LADING_PROCESS_COUNT = 2
+LADING_PROCESS_POLL_S = 0.25
+"""How often the database is asked whether both processes claim, then whether every job has settled."""
 LADING_REVIEW = "lading_review"
 CELERY_REFERENCE = "celery_prefetch_4"
 PROCRASTINATE_REFERENCE = "procrastinate_concurrency_10"
@@ -170,6 +184,11 @@ def summarize(
             "lading_vs_procrastinate_concurrency_10": ratio(lading, rate(PROCRASTINATE_REFERENCE)),
             "lading_vs_asyncpg_ceiling": ratio(lading, rate(CEILING)),
             "lading_review_vs_celery_prefetch_4": ratio(rate(LADING_REVIEW), rate(CELERY_REFERENCE)),
+            "lading_processes_2_vs_celery_prefetch_4": ratio(rate(LADING_PROCESSES), rate(CELERY_REFERENCE)),
+            "lading_processes_2_vs_procrastinate_concurrency_10": ratio(
+                rate(LADING_PROCESSES), rate(PROCRASTINATE_REFERENCE)
+            ),
+            "lading_processes_2_vs_in_process": ratio(rate(LADING_PROCESSES), lading),
         }
 
     ratios: dict[str, float | None] = {
@@ -233,6 +252,13 @@ def render_table(results: Mapping[str, Any]) -> str:
         f"{_fmt(ratios['lading_vs_procrastinate_concurrency_10'], 2)}x (target {TARGET_VS_PROCRASTINATE:g}x); "
         f"vs the asyncpg ceiling: {_fmt(ratios['lading_vs_asyncpg_ceiling'], 2)}x"
     )
+    if ratios.get("lading_processes_2_vs_in_process") is not None:
+        lines.append(
+            f"Lading SUCCEEDED path, --processes {LADING_PROCESS_COUNT}: "
+            f"{_fmt(ratios['lading_processes_2_vs_in_process'], 2)}x the in-process worker; vs Celery prefetch 4: "
+            f"{_fmt(ratios['lading_processes_2_vs_celery_prefetch_4'], 2)}x; vs Procrastinate concurrency 10: "
+            f"{_fmt(ratios['lading_processes_2_vs_procrastinate_concurrency_10'], 2)}x"
+        )
     if results.get("rounds", 1) > 1:
         each = [
             f"{_fmt(r['lading_vs_celery_prefetch_4'], 2)}x / {_fmt(r['lading_vs_procrastinate_concurrency_10'], 2)}x"
@@ -389,6 +415,7 @@ async def bench_compare(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
             print(f"bench: compare round {number} of {_rounds()}", file=sys.stderr, flush=True)
             systems: dict[str, Measured] = {}
             await _part(systems, _lading(url))
+            await _part(systems, _lading_processes(url))
             await _peer(systems, skipped, "Procrastinate", _procrastinate(url))
             await _peer(systems, skipped, "Celery", _celery())
             await _part(systems, _ceiling(url))
@@ -512,6 +539,118 @@ async def _lading(url: str) -> list[tuple[str, Measured]]:
         await pool.close()
         await conn.close()
     return measured
+
+
+async def _lading_processes(url: str) -> list[tuple[str, Measured]]:
+    """The SUCCEEDED path through `lading worker --processes 2` (a supervisor and two worker processes)."""
+    import bench
+
+    setting = LADING_SETTING
+    conn = await dbpool.connect(url)
+    try:
+        await bench._prepare(conn, bench.evidenced(bench.invoice_texts(LADING_JOBS)))
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(HACK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "DATABASE_URL": url,
+        }
+        command = [
+            sys.executable, "-m", "compare_peers.lading_noop_worker", "--pool", str(bench.POOL),
+            "--processes", str(LADING_PROCESS_COUNT), "--concurrency", str(setting["concurrency"]),
+            "--claim-batch", str(setting["claim_batch"]), "--commit-batch", str(setting["commit_batch"]),
+            "--prefetch", str(setting["prefetch"]), "--no-dispatcher",
+        ]  # fmt: skip
+        postgres = PostgresCpu(conn)
+        with tempfile.TemporaryDirectory(prefix="lading-compare-") as tmp:
+            log = pathlib.Path(tmp) / "worker.log"
+            with _log_file(log) as handle:
+                worker = await asyncio.create_subprocess_exec(
+                    *command, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=HACK
+                )
+            try:
+                cpu_first, cpu_last, processes_seen, postgres_cpu = await asyncio.wait_for(
+                    _watch_processes(conn, worker, log, postgres), CELERY_START_TIMEOUT_S + PART_TIMEOUT_S
+                )
+            finally:
+                status = await _stop_supervisor(worker)
+            if status != 0:
+                raise RuntimeError(f"lading worker --processes exited with {status}: {_tail(log)}")
+        span = await conn.fetchrow(
+            "WITH firsts AS (SELECT worker_id, min(started_at) AS first FROM job_attempts GROUP BY worker_id),"
+            "     window_start AS (SELECT max(first) AS first, count(*) AS workers FROM firsts)"
+            " SELECT w.first, w.workers, max(j.finished_at) AS last, count(*) AS jobs"
+            "   FROM window_start w JOIN extraction_jobs j ON j.finished_at >= w.first"
+            "  GROUP BY w.first, w.workers"
+        )
+        states = {r["state"]: r["n"] for r in await conn.fetch(
+            "SELECT state, count(*)::int AS n FROM extraction_jobs GROUP BY state ORDER BY state"
+        )}  # fmt: skip
+        if states != {"SUCCEEDED": LADING_JOBS}:
+            raise RuntimeError(f"lading worker --processes: not every job SUCCEEDED: {states}")
+    finally:
+        await conn.close()
+    label = (
+        f"Lading, SUCCEEDED path, `lading worker --processes {LADING_PROCESS_COUNT}` "
+        f"(concurrency/claim/commit/prefetch {'/'.join(str(setting[k]) for k in setting)})"
+    )
+    return [(LADING_PROCESSES, Measured(
+        label=label, jobs=span["jobs"], seconds=(span["last"] - span["first"]).total_seconds(),
+        worker_cpu_s=round(_cpu_delta(cpu_first, cpu_last), 3), postgres_cpu_s=postgres_cpu,
+        details={"setting": dict(setting), "processes": LADING_PROCESS_COUNT, "states": states,
+                 "worker_ids": span["workers"], "processes_measured": processes_seen,
+                 "timing": "jobs finished from the later worker process's first attempt to the last job's "
+                           "finish (database timestamps); CPU from the poll that saw both processes claim"},
+    ))]  # fmt: skip
+
+
+async def _watch_processes(
+    conn: asyncpg.Connection, worker: asyncio.subprocess.Process, log: pathlib.Path, postgres: PostgresCpu
+) -> tuple[dict[int, float], dict[int, float], int, float | None]:
+    """CPU of the supervisor's process tree (and PostgreSQL's) from when every worker process claims to when
+    every job has settled; the PostgreSQL part is taken before the processes stop (their backends go)."""
+    import bench
+
+    cpu_first: dict[int, float] = {}
+    while True:
+        if worker.returncode is not None:
+            raise RuntimeError(f"lading worker --processes exited with {worker.returncode}: {_tail(log)}")
+        if not cpu_first:
+            claiming = await conn.fetchval("SELECT count(DISTINCT worker_id) FROM job_attempts")
+            if claiming >= LADING_PROCESS_COUNT:
+                cpu_first = _cpu_of(_process_tree(worker.pid))
+                await postgres.start()
+        else:
+            settled = await conn.fetchval(
+                "SELECT count(*) FROM extraction_jobs WHERE state = ANY($1::text[])", list(bench.SETTLED_STATES)
+            )
+            if settled >= LADING_JOBS:
+                tree = _process_tree(worker.pid)
+                cpu_last = _cpu_of(tree)
+                return cpu_first, cpu_last, len(tree), await postgres.stop()
+        await asyncio.sleep(LADING_PROCESS_POLL_S)
+
+
+async def _stop_supervisor(worker: asyncio.subprocess.Process) -> int:
+    """SIGTERM to the supervisor's PID (it stops its worker processes); SIGKILL to its tree if it hangs."""
+    if worker.returncode is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(worker.wait(), 60)
+        except TimeoutError:
+            for pid in reversed(_process_tree(worker.pid)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+    return await asyncio.wait_for(worker.wait(), 30)
+
+
+@contextlib.contextmanager
+def _log_file(path: pathlib.Path) -> Iterator[Any]:
+    with path.open("w") as handle:
+        yield handle
+
+
+def _tail(log: pathlib.Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ def test_ratios_against_the_references_and_the_targets(compare: types.ModuleType
         compare.CELERY_REFERENCE: compare.Measured("Celery p4", jobs=19_999, seconds=10.0),
         compare.PROCRASTINATE_REFERENCE: compare.Measured("Procrastinate c10", jobs=3_000, seconds=10.0),
         compare.CEILING: compare.Measured("ceiling", jobs=100_000, seconds=2.0),
+        compare.LADING_PROCESSES: compare.Measured("Lading --processes 2", jobs=20_000, seconds=2.5),
     }
     results, targets, passed = compare.summarize(
         [systems], skipped={}, acceptance={"ratio": 0.9, "documents": 10_000, "repetitions": 5,
@@ -48,6 +49,9 @@ def test_ratios_against_the_references_and_the_targets(compare: types.ModuleType
         "lading_vs_procrastinate_concurrency_10": 13.33,  # 4,000 / 300
         "lading_vs_asyncpg_ceiling": 0.08,
         "lading_review_vs_celery_prefetch_4": 2.5,
+        "lading_processes_2_vs_celery_prefetch_4": 4.0,  # 8,000 / 1,999.9
+        "lading_processes_2_vs_procrastinate_concurrency_10": 26.67,
+        "lading_processes_2_vs_in_process": 2.0,
         "accept_vs_copy": 0.9,
     }
     assert passed and all(results["targets_met"].values())

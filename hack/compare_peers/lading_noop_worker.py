@@ -1,0 +1,29 @@
+"""
+`lading worker` whose pool answers with `bench.EvidencedNoopProvider` (the compare benchmark's
+SUCCEEDED path: every job passes invoice-strict-v1's validation in full), in real processes.
+
+`python -m compare_peers.lading_noop_worker --processes 2 ...` (PYTHONPATH: hack/) is the
+supervisor; its worker processes are this module again (`processes.CHILD_COMMAND`), so each
+builds the same provider. Everything else is `lading worker` as shipped.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import bench
+from lading_worker import main, processes
+
+from lading.db import registry
+from lading.providers import base, factory
+
+
+def _evidenced_noop(pool: registry.Pool, *, api_key: str | None = None, base_url: str | None = None) -> base.Provider:
+    return bench.EvidencedNoopProvider()
+
+
+factory.for_pool = _evidenced_noop
+processes.CHILD_COMMAND = (sys.executable, "-m", "compare_peers.lading_noop_worker")
+
+if __name__ == "__main__":
+    raise SystemExit(main.main())
