@@ -7,7 +7,8 @@ a registry of their own, so several operators can run in one process (tests do).
 
 kopf settings, and why:
 - progress and diff-base in annotations under `lading.dev`, never in `.status` (the CRDs' status
-  schema is Lading's own; a `status.kopf` field would be pruned by the API server);
+  schema is Lading's own; a `status.kopf` field would be pruned by the API server); no diff-base
+  for ExtractionBatches, which have no create or update handlers (`DiffBaseStorage`);
 - the finalizer `lading.dev/finalizer`: a batch's jobs are cancelled before the object goes;
 - events: only those Lading posts on purpose (admission, completion, failures); kopf's own
   per-handler chatter is posted only from WARNING up, so a healthy steady state costs no API calls;
@@ -36,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import kopf
@@ -44,8 +45,9 @@ import kopf
 from lading import health, schema
 from lading.db import catalog
 from lading.db import pool as dbpool
+from lading.models import specs
 from lading_elected import gauges
-from lading_operator import kube, mirroring, runtime, settings
+from lading_operator import kopf_patching, kube, mirroring, runtime, settings
 from lading_operator.handlers import batches, endpoints, pools, quotas
 
 logger = logging.getLogger("lading.operator")
@@ -56,30 +58,35 @@ PEERING_PRIORITY_MAX = 2**31 - 1
 FINALIZER = "lading.dev/finalizer"
 
 
-class SlimDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's diff-base in annotations, computed without an ExtractionBatch's inline documents.
+class DiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base in annotations, for the kinds whose create/update handlers need it; none for
+    ExtractionBatches.
 
-    kopf deep-copies the whole object to build the essence it compares, on every watch event, and
-    only then drops ignored fields: for a batch with 5,000 inline documents that copy dominated the
-    operator's CPU. The documents are immutable after admission and no handler reacts to them, so
-    they are dropped before the copy.
+    kopf keeps a diff-base ("last-handled-configuration") only to tell creations and updates apart
+    for `on.create`/`on.update`/`on.field` handlers. An ExtractionBatch has none (its loop wakes on
+    a new generation, handlers/batches.py; its deletion is told by deletionTimestamp, not by a
+    diff), yet storing it cost a patch of every new batch, one more watch event of the whole
+    object, and a deep copy of the object on every event to compare. So a batch's essence is empty,
+    as is its stored one: kopf sees no change, stores nothing, and reports no creation (an
+    annotation an earlier version wrote stays unread).
     """
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        spec = body.get("spec")
-        if isinstance(spec, Mapping) and "documents" in spec:
-            slim = {**dict(body), "spec": {k: v for k, v in spec.items() if k != "documents"}}
-            return super().build(body=kopf.Body(slim), extra_fields=extra_fields)  # type: ignore[arg-type]
+        if body.get("kind") == specs.ExtractionBatch.KIND:
+            return kopf.BodyEssence()
         return super().build(body=body, extra_fields=extra_fields)
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        if body.get("kind") == specs.ExtractionBatch.KIND:
+            return kopf.BodyEssence()
+        return super().fetch(body=body)
 
 
 def kopf_settings(config: settings.OperatorSettings) -> kopf.OperatorSettings:
     result = kopf.OperatorSettings()
     result.persistence.finalizer = FINALIZER
     result.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATIONS_PREFIX)
-    result.persistence.diffbase_storage = SlimDiffBaseStorage(
-        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration", ignored_fields=["spec.documents"]
-    )
+    result.persistence.diffbase_storage = DiffBaseStorage(prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration")
     result.posting.level = logging.WARNING
     result.watching.server_timeout = config.watch_server_timeout_s
     result.watching.client_timeout = config.watch_server_timeout_s + 60
@@ -160,6 +167,7 @@ async def operate(
         rt = await stack.enter_async_context(started(config))
         # The operator stands for the gauge election too, so the gauges exist with workers scaled to zero.
         await stack.enter_async_context(gauges.refreshing(config.database_url))
+        kopf_patching.install()  # kopf's finalizer patch without deep-copying and diffing whole objects
         await kopf.operator(
             registry=build_registry(rt),
             settings=kopf_settings(config),
