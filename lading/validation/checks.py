@@ -89,6 +89,7 @@ _DIGITS = frozenset("0123456789")
 _APOSTROPHE = "\u2019"  # typographic apostrophe, a Swiss thousands separator
 _MINUS = "\u2212"  # typographic minus sign
 _NUMBER_JOINERS = frozenset(".,'" + _APOSTROPHE)
+_SIGNS = ("-", _MINUS)
 _NUMBER_RUN = re.compile(r"[0-9]+(?:[.,' \u2019][0-9]+)*")
 _NUMBER_SEPARATOR = re.compile(r"([.,' \u2019])")
 _MAX_SPACE_GROUPS = 6
@@ -334,7 +335,9 @@ def _not_in_source(path: str, quote: str) -> verdicts.FailedCheck:
 
 def _supports(*, kind: str, value: str, quote: str) -> bool:
     if kind == "money":
-        return invoice.money(value) in number_values(quote)
+        # `in` over the readings stops at the first that equals the value: number_values(quote)
+        # would give the same answer after reading every number of the quote.
+        return invoice.money(value) in _number_readings(normalise_whitespace(quote))
     if kind == "iban":
         return _compact(value).upper() in _compact(quote).upper()
     return _compact(value) in _compact(quote)
@@ -384,44 +387,53 @@ def number_values(text: str) -> frozenset[decimal.Decimal]:
     makes it negative unless it is a hyphen (`INV-100`, `2024-100`); a parenthesised number
     (accounting style) counts both ways.
     """
-    text = normalise_whitespace(text)
-    values: set[decimal.Decimal] = set()
+    return frozenset(_number_readings(normalise_whitespace(text)))
+
+
+def _number_readings(text: str) -> Iterator[decimal.Decimal]:
+    """The values of `number_values(text)` one by one, some more than once; `text` whitespace-normalised."""
     for match in _NUMBER_RUN.finditer(text):
         start, end = match.span()
         before = text[max(0, start - 2):start]
-        negative = before[-1:] in ("-", _MINUS) and not before[:-1].isalnum()  # not a hyphen: `INV-100`
+        negative = before[-1:] in _SIGNS and not before[:-1].isalnum()  # not a hyphen: `INV-100`
         parenthesised = start > 0 and text[start - 1] == "(" and text[end:end + 1] == ")"
-        parts = match.group().split(" ")
+        token = match.group()
+        if " " not in token:  # the usual case: one group, read whole
+            for value in _readings(token):
+                yield -value if negative else value
+                if parenthesised:
+                    yield -value
+            continue
+        parts = token.split(" ")
         for first in range(len(parts)):
             for last in range(first + 1, min(first + _MAX_SPACE_GROUPS, len(parts)) + 1):
                 signed = first == 0 and negative
                 whole = first == 0 and last == len(parts) and parenthesised
                 for value in _readings(" ".join(parts[first:last])):
-                    values.add(-value if signed else value)
+                    yield -value if signed else value
                     if whole:
-                        values.add(-value)
-    return frozenset(values)
+                        yield -value
 
 
-def _readings(token: str) -> Iterator[decimal.Decimal]:
+def _readings(token: str) -> list[decimal.Decimal]:
     """Each way to read a token of digit groups and separators (`.`, `,`, apostrophes, space)."""
+    if token.isdigit():  # no separator (the token holds ASCII digits and separators only)
+        return [decimal.Decimal(token)]
     pieces = _NUMBER_SEPARATOR.split(token)
     groups, separators = pieces[0::2], pieces[1::2]
-    if not separators:
-        yield decimal.Decimal(token)
-        return
+    readings = []
     if _grouped(groups, separators):  # every separator groups thousands
-        yield decimal.Decimal("".join(groups))
+        readings.append(decimal.Decimal("".join(groups)))
     point = separators[-1]
     if point in ".," and (
         len(separators) == 1 or (_grouped(groups[:-1], separators[:-1]) and point not in separators[:-1])
     ):  # the last separator is the decimal point, the others group thousands
-        yield decimal.Decimal("".join(groups[:-1]) + "." + groups[-1])
+        readings.append(decimal.Decimal("".join(groups[:-1]) + "." + groups[-1]))
+    return readings
 
 
 def _grouped(groups: Sequence[str], separators: Sequence[str]) -> bool:
-    return (
-        len(set(separators)) == 1
-        and 1 <= len(groups[0]) <= 3
-        and all(len(group) == 3 for group in groups[1:])
-    )
+    """One kind of separator, a first group of 1-3 digits and groups of 3 after it."""
+    if not separators or separators.count(separators[0]) != len(separators) or not 1 <= len(groups[0]) <= 3:
+        return False
+    return all(len(group) == 3 for group in groups[1:])
