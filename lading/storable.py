@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 import asyncpg
+import orjson
 
 UNSTORABLE = "UNSTORABLE"
 """Error class of a row that PostgreSQL refused to store (SQLSTATE class 22 or 54)."""
@@ -62,7 +63,15 @@ def unstorable_reason(value: object, *, where: str = "value") -> str | None:
 
     Checks: U+0000 and lone surrogates in strings (keys included), integers outside bigint,
     floats that are not finite (JSON has no NaN or Infinity). Iterative, so a 10,000-deep
-    nesting is checked without recursion."""
+    nesting is checked without recursion. A dict or list whose JSON rendering shows it storable
+    (`_storable_as_rendered`, the usual case) is not walked at all."""
+    if isinstance(value, (dict, list)) and _storable_as_rendered(value):
+        return None
+    return _walked_reason(value, where=where)
+
+
+def _walked_reason(value: object, *, where: str) -> str | None:
+    """`unstorable_reason` by a walk over every value."""
     stack: list[tuple[object, str]] = [(value, where)]
     while stack:
         item, path = stack.pop()
@@ -87,6 +96,37 @@ def unstorable_reason(value: object, *, where: str = "value") -> str | None:
         elif isinstance(item, (list, tuple)):
             stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
     return None
+
+
+_NUL_ESCAPE = b"\\u0000"
+_SHAPES = bytes.maketrans(b"0123456789[,", b"0000000000::")
+"""Each digit as `0`, and `[` and `,` as `:` (what may stand before a number in orjson's compact
+rendering); other bytes as they are."""
+_LONG_NUMBERS = (b":" + b"0" * 19, b":-" + b"0" * 19)
+"""A JSON number of 19 digits or more, as `_SHAPES` shows it: the only integers orjson renders that
+may exceed bigint (a string holding such digits is a false alarm, never a miss)."""
+
+
+def _storable_as_rendered(value: dict[object, object] | list[object]) -> bool:
+    """True when `value` is storable as its orjson rendering shows: several times cheaper than the
+    walk, which is left to say why when this is False (a false alarm only costs the walk).
+
+    orjson refuses lone surrogates, keys that are not strings, integers past 64 bits and types
+    it does not know (raising TypeError). What it lets through that PostgreSQL cannot store:
+    U+0000 (rendered as the escape `\\u0000`), an integer between 2⁶³ and 2⁶⁴ (19 digits or more
+    after `[`, `:` or `,`), and NaN or an infinity (rendered as `null`, so a rendering with
+    `null` in it must read back equal to `value`). A string can only contain these patterns,
+    never hide them."""
+    try:
+        rendered = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError included
+        return False
+    if _NUL_ESCAPE in rendered:
+        return False
+    shapes = rendered.translate(_SHAPES)
+    if _LONG_NUMBERS[0] in shapes or _LONG_NUMBERS[1] in shapes:
+        return False
+    return b"null" not in rendered or bool(orjson.loads(rendered) == value)
 
 
 def _text_reason(text: str) -> str | None:
