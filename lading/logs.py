@@ -20,11 +20,9 @@ closed list of fields the filter adds, so nothing else leaks in through this pat
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Literal
 
 from pythonjsonlogger import json as jsonlogger
@@ -40,17 +38,31 @@ _CORRELATION_FIELD_SET = frozenset(CORRELATION_FIELDS)
 _bound: contextvars.ContextVar[dict[str, object]] = contextvars.ContextVar("lading_log_ids", default={})  # noqa: B039 - never mutated
 
 
-@contextlib.contextmanager
-def bound(**ids: object) -> Iterator[None]:
+def bound(**ids: object) -> Bound:
     """Attach correlation ids to every record logged in this context (nested contexts add up)."""
     unknown = ids.keys() - _CORRELATION_FIELD_SET
     if unknown:
         raise ValueError(f"not correlation fields: {sorted(unknown)}")
-    token = _bound.set({**_bound.get(), **{k: v for k, v in ids.items() if v is not None}})
-    try:
-        yield
-    finally:
-        _bound.reset(token)
+    return Bound({k: v for k, v in ids.items() if v is not None})
+
+
+class Bound:
+    """What `bound()` returns: a context manager (a plain class, not a generator: it is entered
+    once per attempt and per delivery, thousands of times a second)."""
+
+    __slots__ = ("_ids", "_token")
+
+    def __init__(self, ids: dict[str, object]) -> None:
+        self._ids = ids
+        self._token: contextvars.Token[dict[str, object]] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _bound.set({**_bound.get(), **self._ids})
+
+    def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            _bound.reset(self._token)
+            self._token = None
 
 
 def current() -> dict[str, object]:

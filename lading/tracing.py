@@ -105,13 +105,19 @@ def record(name: str, *, batch_id: int, started_ns: int, attributes: Mapping[str
     done.end()
 
 
+def span(
+        name: str, *, batch_id: int, attributes: Mapping[str, Any] | None = None
+) -> contextlib.AbstractContextManager[None]:
+    """A span `name` in the batch's trace (and its trace id bound into the logs) for the body. While
+    spans go nowhere (`_recording`), only the trace id is bound: no generator, no span."""
+    if not _recording():
+        return logs.bound(trace_id=trace_id_hex(batch_id))
+    return _recorded_span(name, batch_id=batch_id, attributes=attributes)
+
+
 @contextlib.contextmanager
-def span(name: str, *, batch_id: int, attributes: Mapping[str, Any] | None = None) -> Iterator[None]:
-    """A span `name` in the batch's trace (and its trace id bound into the logs) for the body."""
+def _recorded_span(name: str, *, batch_id: int, attributes: Mapping[str, Any] | None) -> Iterator[None]:
     with logs.bound(trace_id=trace_id_hex(batch_id)):
-        if not _recording():
-            yield
-            return
         tracer = _tracer()
         attrs = _attributes(batch_id, attributes)
         with tracer.start_as_current_span(name, context=_parent(batch_id), attributes=attrs):
