@@ -9,7 +9,8 @@ PROMETHEUS_MULTIPROC_DIR set to their supervisor's private directory, so every v
 file there; the supervisor serves `combined_registry(directory)`: its own metrics and the
 processes' files, added up. Counters and histograms add up across processes. Each gauge says how
 (`multiprocess_mode`): `livesum` for what each process holds (attempts in flight), `livemax` for
-what every process reads alike from the database; `live` forgets a process once it has exited.
+what every process reads alike from the database; `live`: a process's values go when its
+supervisor sees it exit (`mark_process_dead`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ then /readyz says which are pending and the log says what to run), then runs one
 pool until SIGTERM/SIGINT, draining in-flight attempts within the grace period.
 
 With `--processes N` above 1 (the default: the CPUs available), the command is a supervisor of N
-such worker processes instead (processes.py); --concurrency, --prefetch and --delivery-concurrency
+such worker processes instead (docs/operations.md); --concurrency, --prefetch and --delivery-concurrency
 are then totals, split evenly across them. `--processes 1` runs the worker in this process.
 """
 
