@@ -18,9 +18,10 @@ separate process (this file with `--load`).
 The tenant has maxQueuedJobs 1,000,000 (never reached), so every admission reads its queue room.
 
 Each 202 leaves only after the commit that holds its document (synchronous_commit on). Reports
-p50/p95/p99 latency, errors by status, the achieved rate, the intake process's CPU seconds and the
-load average. Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no errors;
-saturation >= 2,000 documents/s.
+p50/p95/p99 latency, errors by status, the achieved rate, the intake process's CPU seconds and
+PostgreSQL's (its client backends of the benchmark's database, from /proc), each also per accepted
+request, and the load average. Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no
+errors; saturation >= 2,000 documents/s.
 """
 
 from __future__ import annotations
@@ -187,6 +188,23 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _postgres_cpu_s(conn: Any) -> dict[int, float]:
+    """CPU seconds so far of each client backend of this database (from /proc: this machine's server)."""
+    rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+    found: dict[int, float] = {}
+    for row in rows:
+        try:
+            found[row["pid"]] = _cpu_s(row["pid"])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _per_request_ms(cpu_s: float, requests: float) -> float | None:
+    return round(cpu_s * 1000 / requests, 3) if requests else None
+
+
 def _load(url: str, token: str, *args: str) -> dict[str, Any]:
     """Run the load generator in its own process (blocking: the benchmark does nothing else meanwhile)."""
     done = subprocess.run(
@@ -199,6 +217,25 @@ def _load(url: str, token: str, *args: str) -> dict[str, Any]:
     return result
 
 
+def _count_cpu(
+        report: dict[str, Any],
+        pid: int,
+        cpu: float,
+        postgres: dict[int, float],
+        postgres_after: dict[int, float],
+        *,
+        requests: float,
+) -> None:
+    """The intake's and PostgreSQL's CPU over one run, in total and per accepted request."""
+    server_s = _cpu_s(pid) - cpu
+    postgres_s = sum(after - postgres.get(backend, 0.0) for backend, after in postgres_after.items())
+    report["server_cpu_s"] = round(server_s, 2)
+    report["server_cpu_ms_per_request"] = _per_request_ms(server_s, requests)
+    report["postgres_cpu_s"] = round(postgres_s, 2)
+    report["postgres_cpu_ms_per_request"] = _per_request_ms(postgres_s, requests)
+    report["loadavg_1m"] = os.getloadavg()[0]
+
+
 async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     conn = await dbpool.connect(url)
     try:
@@ -208,8 +245,9 @@ async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         await api_tokens.insert(conn, name="bench", token_sha256=access.digest(token), namespaces=[NAMESPACE],
                                 expires_at=None)
         synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
-    finally:
+    except BaseException:
         await conn.close()
+        raise
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "api"), *sys.path])}
     server = subprocess.Popen([sys.executable, "-m", "lading_api", "--port", "0", "--database-url", url,  # noqa: ASYNC220
                                "--pool-size", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -218,21 +256,22 @@ async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     match = re.search(r"listening on (http://\S+)", line)
     if match is None:
         server.kill()
+        await conn.close()
         return {"error": f"lading api did not start: {line}"}, {}, False
     base = match[1] + f"/v1/namespaces/{NAMESPACE}/documents"
     results: dict[str, Any] = {"synchronous_commit": synchronous_commit, "seconds_per_rate": SECONDS, "rates": []}
     try:
         _load(base, token, "open", "50", "2", "warm")  # connections, caches, plans
         for rate in RATES:
-            cpu = _cpu_s(server.pid)
+            cpu, postgres = _cpu_s(server.pid), await _postgres_cpu_s(conn)
             report = _load(base, token, "open", str(rate), str(SECONDS), f"r{rate}")
-            report["server_cpu_s"] = round(_cpu_s(server.pid) - cpu, 2)
-            report["loadavg_1m"] = os.getloadavg()[0]
+            _count_cpu(report, server.pid, cpu, postgres, await _postgres_cpu_s(conn),
+                       requests=report.get("statuses", {}).get("202", 0))
             results["rates"].append(report)
-        cpu = _cpu_s(server.pid)
+        cpu, postgres = _cpu_s(server.pid), await _postgres_cpu_s(conn)
         saturation = _load(base, token, "closed", str(CLIENTS), str(SATURATION_S), "sat")
-        saturation["server_cpu_s"] = round(_cpu_s(server.pid) - cpu, 2)
-        saturation["loadavg_1m"] = os.getloadavg()[0]
+        _count_cpu(saturation, server.pid, cpu, postgres, await _postgres_cpu_s(conn),
+                   requests=saturation.get("accepted_per_s", 0) * SATURATION_S)
         results["saturation"] = saturation
         core = await _core_loop(url, min(CLIENTS, 20), SATURATION_S)
         core["loadavg_1m"] = os.getloadavg()[0]
@@ -244,6 +283,7 @@ async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         server.kill()
         server.wait()
         server.stdout.close()
+        await conn.close()
     at_500: dict[str, Any] = next((r for r in results["rates"] if r.get("offered_per_s") == 500), {})
     targets = {"p50_ms_at_500": TARGET_P50_MS, "p99_ms_at_500": TARGET_P99_MS, "errors_at_500": 0,
                "saturation_per_s": TARGET_SATURATION_PER_S}

@@ -145,6 +145,8 @@ class Intake:
         transaction (group commit)."""
         self._principals: dict[str, tuple[float, api_tokens.Principal]] = {}
         """Lading tokens looked up lately, by digest, with when the lookup stops counting."""
+        self._lookups: dict[str, asyncio.Future[api_tokens.Principal | None]] = {}
+        """Lookups in flight, by token digest: requests whose cached lookup expired together wait for one."""
         self._openapi = orjson.dumps(openapi)
 
     # --- Public routes.
@@ -298,6 +300,17 @@ class Intake:
         cached = self._principals.get(token_sha256)
         if cached is not None and cached[0] > now:
             return cached[1]
+        if self.settings.token_cache_s <= 0:
+            return await self._look_up(token_sha256)
+        lookup = self._lookups.get(token_sha256)
+        if lookup is None:  # one lookup at a time per token: requests that miss together share it
+            lookup = asyncio.ensure_future(self._look_up(token_sha256))
+            self._lookups[token_sha256] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(token_sha256, None))
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, token_sha256: str) -> api_tokens.Principal | None:
+        now = asyncio.get_running_loop().time()
         async with self._connection() as conn:
             principal = await api_tokens.authenticate(conn, token_sha256=token_sha256)
         if principal is None:

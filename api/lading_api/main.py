@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pool-size", type=int, default=_DEFAULTS.pool_max_size,
         help=f"database connections for the work of requests (default {_DEFAULTS.pool_max_size}); as many again "
-        "hold the Idempotency-Keys of POSTs in flight",
+        "hold the Idempotency-Keys of batch POSTs in flight",
     )  # fmt: skip
     parser.add_argument(
         "--in-progress-wait", type=float, default=_DEFAULTS.in_progress_wait_s, metavar="SECONDS",

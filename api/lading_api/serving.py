@@ -5,9 +5,10 @@ Running the intake: its two connection pools and the HTTP server, as one context
         server.base_url     # http://127.0.0.1:PORT
 
 Two pools, so no request waits for a connection another request holds while it waits itself: the
-`guards` pool holds the open transaction of each POST's Idempotency-Key record, the `db` pool does
-the work (tokens, acceptance, reads). Leaving stops accepting connections, lets requests in flight
-finish (up to the shutdown grace), then closes the pools.
+`guards` pool holds the open transaction of each batch POST's Idempotency-Key record, the `db` pool
+does the work (tokens, acceptance with the records of document POSTs, reads). Leaving stops
+accepting connections, lets requests in flight finish (up to the shutdown grace), then closes the
+pools.
 """
 
 from __future__ import annotations
@@ -42,10 +43,19 @@ class RunningApi:
 async def _pool(dsn: str, size: int) -> asyncpg.Pool:
     """No connection is opened up front: the intake starts (and answers 503) while the database is down."""
     created = await asyncpg.create_pool(
-        dsn, min_size=0, max_size=size, init=dbpool.init_connection, server_settings=SERVER_SETTINGS
-    )
+        dsn, min_size=0, max_size=size, init=dbpool.init_connection, server_settings=SERVER_SETTINGS,
+        reset=_keep_session,
+    )  # fmt: skip
     assert created is not None
     return created
+
+
+async def _keep_session(_: asyncpg.Connection) -> None:
+    """A connection goes back to its pool without asyncpg's reset query (advisory locks, cursors,
+    LISTEN, settings: one more round trip for each, which a POST waited for): the intake leaves
+    none of these behind. It sets only transaction-local settings (SET LOCAL), takes only
+    transaction-level advisory locks, keeps cursors inside transactions and listens on none of
+    these connections. asyncpg still rolls back a transaction left open before this is called."""
 
 
 @contextlib.asynccontextmanager

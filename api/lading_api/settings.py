@@ -14,8 +14,9 @@ class ApiSettings:
     512 KiB of text (the ExtractionBatch's own bound) plus keys and JSON escaping: 1 MiB fits it."""
     pool_max_size: int = 10
     """Database connections for the work of requests. As many again hold the idempotency keys of
-    POSTs in flight (a separate pool, so a request holding its key never waits for a connection
-    that another request holding its key has)."""
+    batch POSTs in flight (a separate pool, so a request holding its key never waits for a
+    connection that another request holding its key has); a document POST's key is kept in the
+    transaction that accepts the document."""
     in_progress_wait_s: float = 0.2
     """How long a POST waits for an earlier request with the same Idempotency-Key to finish before
     answering 409: long enough that a client's immediate retry usually gets the replay."""
