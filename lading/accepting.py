@@ -178,6 +178,7 @@ async def _accept(
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
+            await jobs.set_local_insert_work_mem(conn)
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=len(request.documents))
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
@@ -211,6 +212,7 @@ async def _accept_manifest(
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
+            await jobs.set_local_insert_work_mem(conn)
             await job_documents.stage_manifest(conn, manifest)
             duplicate = await job_documents.staged_duplicate_key(conn)
             if duplicate is not None:

@@ -18,7 +18,8 @@
 lading_job_eligible(j.state, j.suspended, j.available_at, j.deadline_at, j.attempt, j.max_attempts)
 
 -- name: job_allocate_ids
-SELECT nextval('extraction_jobs_id_seq') AS id FROM generate_series(1, $1);
+-- $1 new job ids as ONE int8[] value (a 10,000-job batch decodes no Record per id).
+SELECT coalesce(array_agg(nextval('extraction_jobs_id_seq')), '{}') AS ids FROM generate_series(1, $1);
 
 -- name: job_ids_of_batch
 -- Batch $1's job ids in batch order as ONE int8[] value: a million ids decode to a list of
@@ -30,6 +31,12 @@ SELECT coalesce(array_agg(id ORDER BY ordinal), '{}') AS ids FROM extraction_job
 -- (extraction_jobs_fair_claimable); acceptance runs it, after the job rows are in, for a batch
 -- accepted suspended (docs/fairness.md). Resumption is batch_set_suspended.
 UPDATE extraction_jobs SET suspended = true WHERE batch_id = $1;
+
+-- name: job_insert_work_mem_set_local
+-- work_mem $1 until the transaction ends: the counters' triggers (migration 0025) keep each
+-- statement's inserted rows (a batch's job rows, its documents' text) in a tuplestore that
+-- spills to a temporary file beyond work_mem.
+SELECT set_config('work_mem', $1, true);
 
 -- name: job_notify_available
 -- Wake the idle claimers of pool $1 (NOTIFY on channel lading_jobs, delivered at commit).
