@@ -178,6 +178,12 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
                 await asyncio.sleep(0.05)
             drained_s = time.perf_counter() - started
             stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]) - stub_cpu, time.process_time() - own_cpu
+            # The workers' backends, opened with their connection pools: PostgreSQL's CPU for the run.
+            backends = await conn.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            )
+            db_cpu = sum(cpu_s(b["pid"]) for b in backends)
         stats = stub_stats(stub_url)
         first = await conn.fetchrow(
             "SELECT extract(epoch FROM (SELECT min(started_at) FROM job_attempts))::float8 AS claim, "
@@ -200,7 +206,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "first_grant_s": round(first["grant"] - started_wall, 3),
             "permit_held_ms": round(holds["hold"] * 1000, 1), "mean_in_flight": round(holds["held"] / holds["span"], 2),
             **slots,
-            "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2)},
+            "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2),
+                      "postgres_backends": round(db_cpu, 2)},
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
 
 
@@ -213,7 +220,8 @@ WITH grants AS (
 ), gaps AS (
     SELECT extract(epoch FROM g.a - r.r)::float8 AS g FROM releases r JOIN grants g ON g.n = r.n + $1
 )
-SELECT (SELECT extract(epoch FROM max(a) - min(a))::float8 FROM grants) AS busy_s,
+SELECT (SELECT count(*) FROM grants) AS permits,
+       (SELECT extract(epoch FROM max(a) - min(a))::float8 FROM grants) AS busy_s,
        (SELECT extract(epoch FROM max(r) - max(a))::float8 FROM releases, grants) AS tail_s,
        (SELECT extract(epoch FROM (SELECT a FROM grants WHERE n = $1) - min(a))::float8 FROM grants) AS full_after_s,
        count(*) AS refills,
@@ -242,7 +250,7 @@ async def _slots(conn: asyncpg.Connection, *, concurrency: int) -> dict[str, Any
     busy_s, empty_s = row["busy_s"] or 0.0, row["empty_slot_s"] or 0.0
     return {"busy_in_flight": round(concurrency - empty_s / busy_s, 2) if busy_s else None,
             "tail_ms": ms(row["tail_s"]), "all_slots_in_use_after_ms": ms(row["full_after_s"]),
-            "refills": row["refills"], "refilled_in_release": row["in_release"],
+            "permits": row["permits"], "refills": row["refills"], "refilled_in_release": row["in_release"],
             "release_to_grant_mean_ms": ms(row["gap_mean_s"]),
             "release_to_grant_other_p50_ms": ms(row["other_gap_p50_s"]),
             "release_to_grant_other_p90_ms": ms(row["other_gap_p90_s"])}

@@ -299,6 +299,7 @@ class PoolLimiter:
         self._asker_idle = False  # the asker waits only because every waiter is asked for by a release
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listener_pid: int | None = None  # its backend pid: how other replicas address a grant to this one
+        self._held: set[int] = set()  # permits handed to attempts here and not released yet
         self._listening = False
         self._settling: set[asyncio.Task[None]] = set()
         self._estimators: dict[str, PromptEstimator] = {}
@@ -354,13 +355,14 @@ class PoolLimiter:
         if len(fields) != 6 or fields[0] != self.pool or fields[1] != str(self._listener_pid):
             return
         permit = Permit(id=int(fields[2]), tokens_reserved=int(fields[5]))
+        if permit.id in self._held:
+            return  # an ask here learned of it first (`Grant.meanwhile`)
         job_id, fence = int(fields[3]), int(fields[4])
         for waiter in self._queue:
             if waiter.job_id == job_id and waiter.fence == fence and not waiter.granted.done():
-                self._queue.remove(waiter)
-                waiter.granted.set_result(permit)
+                self._hand(waiter, permit)
                 return
-        self._give_back(permit)  # it gave up (or was granted another way) meanwhile
+        self._give_back(permit)  # it gave up meanwhile
 
     def _released(self) -> None:
         """A permit was released and its slot left free: the next ask may be granted."""
@@ -373,7 +375,8 @@ class PoolLimiter:
         """`reservation` with its prompt corrected by what the provider was seen to count for prompts
         of `schema` (`PromptEstimator`); the local estimate is kept as `estimated_prompt_tokens`."""
         if not self._estimates_loaded:
-            await self._load_estimates()
+            # The first attempt: LISTEN at the same time, which its acquire would otherwise wait for next.
+            await asyncio.gather(self._load_estimates(), self._listen())
         estimated = reservation.prompt_tokens
         return dataclasses.replace(
             reservation, prompt_tokens=self._estimator(schema).tokens(estimated), estimated_prompt_tokens=estimated
@@ -504,16 +507,11 @@ class PoolLimiter:
                     break
         return batch
 
-    def _resolve(self, batch: Sequence[_Waiter], permits: Sequence[Permit]) -> None:
-        """Hand the granted permits (a prefix of `batch`) to their waiters; one whose waiter gave up
-        meanwhile goes back."""
-        for waiter, permit in zip(batch, permits, strict=False):
-            with contextlib.suppress(ValueError):
-                self._queue.remove(waiter)
-            if waiter.granted.done():
-                self._give_back(permit)
-            else:
-                waiter.granted.set_result(permit)
+    def _hand(self, waiter: _Waiter, permit: Permit) -> None:
+        with contextlib.suppress(ValueError):
+            self._queue.remove(waiter)
+        self._held.add(permit.id)
+        waiter.granted.set_result(permit)
 
     def _note(self, refusal: Refusal | None, *, seq: int) -> None:
         """Remember whether the pool was full when asked (at release count `seq`)."""
@@ -552,11 +550,11 @@ class PoolLimiter:
         for waiter in batch:
             waiter.asking = True
         try:
-            permits, refusal = await self._ask(batch)
+            grant = await self._ask(batch)
         finally:
             for waiter in batch:
                 waiter.asking = False
-        self._resolve(batch, permits)
+        permits, refusal = self._granted(batch, grant)
         self._note(refusal, seq=seq)
         if refusal is None:
             return
@@ -565,29 +563,59 @@ class PoolLimiter:
             return  # the next in line asks again at once, or (full) waits for a release
         await asyncio.sleep(refusal.retry_in_s)
 
-    async def _ask(self, batch: Sequence[_Waiter]) -> tuple[list[Permit], Refusal | None]:
-        """Ask for the permits of `batch`; refused for concurrency, the attempts not granted are recorded
-        as waiting (once each), so that a release in another replica can grant one its slot directly."""
-        asked = [(w.job_id, w.fence, w.tokens) for w in batch]
+    async def _ask(self, batch: Sequence[_Waiter]) -> limiter.Grant:
+        """Ask once for the permits of `batch`. Refused for concurrency, the attempts not granted are
+        recorded as waiting (once each), so that a release in another replica can grant one of them its
+        slot directly; one granted so meanwhile is not granted a second permit (`Grant.meanwhile`)."""
+        asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
         listener = self._listener_pid
-        if listener is None:  # not listening: a grant from elsewhere could not be heard
-            return await self.try_acquire_many(asked)
-        asked = self._asked(asked)
         now = time.monotonic()
         async with self.db.acquire() as conn:
             try:
-                grant, recorded = await limiter.acquire_recording(
-                    conn, pool=self.pool, asked=asked, listener=listener,
-                    record=[not w.recorded for w in batch], waited_s=[now - w.since for w in batch],
-                    **self._limits_args(),
-                )  # fmt: skip
+                if listener is None:  # not listening: a grant from elsewhere could not be heard
+                    grant = await limiter.try_acquire_many(conn, pool=self.pool, asked=asked, **self._limits_args())
+                    recorded = 0
+                else:
+                    grant, recorded = await limiter.acquire_recording(
+                        conn, pool=self.pool, asked=asked, listener=listener,
+                        record=[not w.recorded for w in batch], waited_s=[now - w.since for w in batch],
+                        **self._limits_args(),
+                    )  # fmt: skip
             except asyncpg.NoDataFoundError as exc:
                 raise LookupError(str(exc)) from None
         if recorded:
-            for waiter in batch[len(grant.permit_ids):]:
+            for waiter in self._others(batch, grant)[len(grant.permit_ids):]:
                 waiter.recorded = True
         await self._maybe_prune()
-        return self._answer(grant, [t for _, _, t in asked])
+        return grant
+
+    @staticmethod
+    def _others(batch: Sequence[_Waiter], grant: limiter.Grant) -> list[_Waiter]:
+        """The waiters of `batch` not granted a permit meanwhile: `grant.permit_ids` went to a prefix of them."""
+        if not grant.meanwhile:
+            return list(batch)
+        meanwhile = {position - 1 for position, _ in grant.meanwhile}
+        return [w for i, w in enumerate(batch) if i not in meanwhile]
+
+    def _granted(self, batch: Sequence[_Waiter], grant: limiter.Grant) -> tuple[list[Permit], Refusal | None]:
+        """Hand the permits of `grant` to the waiters of `batch` it was asked for: first those another
+        replica's release granted one meanwhile (unless its NOTIFY did already), then the new ones (a
+        prefix of the others). A permit whose waiter gave up meanwhile goes back. Returns the new
+        permits and why the next was refused (None: all were granted)."""
+        for position, permit_id in grant.meanwhile:
+            waiter = batch[position - 1]
+            if not waiter.granted.done():  # else the NOTIFY handed it, or (the waiter gone) gives it back
+                self._hand(waiter, Permit(id=permit_id, tokens_reserved=self._capped(waiter.tokens)))
+        others = self._others(batch, grant)
+        permits, refusal = self._answer(grant, [self._capped(w.tokens) for w in others])
+        for waiter, permit in zip(others, permits, strict=False):
+            if waiter.granted.done():
+                with contextlib.suppress(ValueError):
+                    self._queue.remove(waiter)
+                self._give_back(permit)
+            else:
+                self._hand(waiter, permit)
+        return permits, refusal
 
     async def try_acquire(self, *, job_id: JobId, fence: int, tokens: int) -> Permit | Refusal:
         """Ask once for one permit: the permit, or why not and when to ask again."""
@@ -609,7 +637,10 @@ class PoolLimiter:
         }
 
     def _asked(self, asked: Sequence[tuple[JobId, int, int]]) -> list[tuple[JobId, int, int]]:
-        return [(j, f, min(t, self.limits.tokens_per_minute)) for j, f, t in asked]
+        return [(j, f, self._capped(t)) for j, f, t in asked]
+
+    def _capped(self, tokens: int) -> int:
+        return min(tokens, self.limits.tokens_per_minute)
 
     async def try_acquire_many(
             self, asked: Sequence[tuple[JobId, int, int]]
@@ -683,13 +714,15 @@ class PoolLimiter:
         asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
         for waiter in batch:
             waiter.asking = True
+        self._held.discard(permit.id)
         handed_to: int | None = None
+        now = time.monotonic()
         try:
             async with self.db.acquire() as conn:
                 try:
                     grant, handed_to = await limiter.release_and_grant(
                         conn, permit_id=permit.id, tokens_used=tokens_used, pool=self.pool, asked=asked,
-                        listener=self._listener_pid, **self._limits_args(),
+                        listener=self._listener_pid, waited_s=[now - w.since for w in batch], **self._limits_args(),
                     )  # fmt: skip
                 except asyncpg.NoDataFoundError:  # the pool is gone: release alone
                     await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
@@ -697,8 +730,7 @@ class PoolLimiter:
         finally:
             for waiter in batch:
                 waiter.asking = False
-        permits, refusal = ([], None) if grant is None else self._answer(grant, [t for _, _, t in asked])
-        self._resolve(batch, permits)
+        permits, refusal = ([], None) if grant is None else self._granted(batch, grant)
         if permits:
             self._handoffs += 1
             assert grant is not None

@@ -33,6 +33,9 @@ class Grant:
     """Requests granted in the current second (pacing)."""
     window_frees_in_s: float | None
     second_frees_in_s: float | None
+    meanwhile: tuple[tuple[int, int], ...] = ()
+    """(position in the asked list, permit) of the asked attempts that a release in another replica
+    granted a permit while they waited: `permit_ids` went to a prefix of the others."""
 
 
 async def try_acquire_many(
@@ -102,7 +105,8 @@ async def acquire_recording(
 ) -> tuple[Grant, int]:
     """`try_acquire_many`, and, when the next asked permit is refused for concurrency alone, record the
     attempts not granted whose `record` is set as waiting in the replica listening as backend pid
-    `listener`, since `waited_s` ago. Returns the grant and how many attempts were recorded."""
+    `listener`, since `waited_s` ago. An asked attempt granted a permit by another replica's release
+    while it waited is in `Grant.meanwhile`. Returns the grant and how many attempts were recorded."""
     row = await conn.fetchrow(
         queries.sql("limiter_acquire_recording"),
         pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
@@ -121,6 +125,7 @@ async def release_and_grant(
         pool: PoolName,
         asked: Sequence[tuple[JobId, int, int]],
         listener: int | None,
+        waited_s: Sequence[float],
         requests_per_minute: int,
         tokens_per_minute: int,
         max_concurrency: int,
@@ -129,15 +134,16 @@ async def release_and_grant(
         per_second: int,
 ) -> tuple[Grant | None, int | None]:
     """Release a permit and, in the same transaction, ask for the `asked` permits (this replica's own
-    waiting attempts: the grant); or, with none asked, grant the slot to the longest-waiting recorded
-    attempt of another replica than `listener`'s and NOTIFY it the permit (the pid of the replica
-    granted). When nothing was granted, every replica is woken (NOTIFY with the pool's name).
+    waiting attempts, waiting for `waited_s`: the grant); or, with none asked, grant the slot to the
+    longest-waiting recorded attempt of another replica than `listener`'s and NOTIFY it the permit
+    (the pid of the replica granted). When nothing was granted, every replica is woken (NOTIFY with the pool's name).
     `asyncpg.NoDataFoundError` (nothing released) when the pool is not registered."""
     row = await conn.fetchrow(
         queries.sql("limiter_release_grant"),
         permit_id, tokens_used,
         pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
         requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second, listener,
+        list(waited_s),
     )  # fmt: skip
     assert row is not None
     return (_grant(row) if asked else None), row["handed_to"]
@@ -159,6 +165,8 @@ def _grant(row: asyncpg.Record) -> Grant:
         last_second=row["last_second"],
         window_frees_in_s=row["window_frees_in_s"],
         second_frees_in_s=row["second_frees_in_s"],
+        meanwhile=tuple(zip(row["meanwhile_at"] or (), row["meanwhile_permits"] or (), strict=True))
+        if "meanwhile_at" in row else (),
     )
 
 

@@ -37,22 +37,58 @@ CREATE FUNCTION lading_limiter_waiters_granted(p_pool text, p_jobs bigint[], p_f
      WHERE w.pool = p_pool AND w.job_id = g.job_id AND w.fence = g.fence;
 $$;
 
+-- The asked attempts (p_jobs, p_fences) that waited p_waited_s seconds, which a release in another
+-- replica granted a permit since (its NOTIFY may not have been heard yet): their position in the
+-- asked arrays (1-based) and permit.
+CREATE FUNCTION lading_limiter_granted_meanwhile(
+    p_pool text, p_jobs bigint[], p_fences bigint[], p_waited_s float8[],
+    OUT o_at integer[], OUT o_permits bigint[])
+    LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(a.i::integer ORDER BY a.i), '{}'), coalesce(array_agg(l.id ORDER BY a.i), '{}')
+      FROM unnest(p_jobs, p_fences, p_waited_s) WITH ORDINALITY AS a(job_id, fence, waited_s, i)
+      JOIN limiter_permits l
+        ON l.pool = p_pool AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+       AND l.job_id = a.job_id AND l.fence = a.fence
+       AND l.acquired_at >= clock_timestamp() - make_interval(secs => a.waited_s);
+$$;
+
 -- lading_limiter_acquire_many, and, when the next asked permit is refused for concurrency alone,
 -- record the asked attempts not granted whose p_record flag is set (those not recorded before) as
--- waiting in replica p_listener, since p_waited_s seconds ago.
+-- waiting in replica p_listener, since p_waited_s seconds ago. An asked attempt that a release in
+-- another replica granted a permit while it waited is not granted a second one: o_meanwhile_at
+-- and o_meanwhile_permits say which it is and its permit, and o_permit_ids are granted to a prefix
+-- of the others.
 CREATE FUNCTION lading_limiter_acquire_recording(
     p_pool text, p_jobs bigint[], p_fences bigint[], p_tokens integer[],
     p_rpm bigint, p_tpm bigint, p_concurrency bigint, p_ttl_s float8, p_window_s float8, p_per_second bigint,
     p_listener integer, p_record boolean[], p_waited_s float8[],
     OUT o_permit_ids bigint[], OUT o_cooling boolean, OUT o_cooldown_left_s float8,
     OUT o_requests bigint, OUT o_tokens bigint, OUT o_in_flight bigint, OUT o_last_second bigint,
-    OUT o_window_frees_in_s float8, OUT o_second_frees_in_s float8, OUT o_recorded integer)
+    OUT o_window_frees_in_s float8, OUT o_second_frees_in_s float8, OUT o_recorded integer,
+    OUT o_meanwhile_at integer[], OUT o_meanwhile_permits bigint[])
     LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_granted integer;
-    v_asked integer := coalesce(array_length(p_jobs, 1), 0);
+    v_asked integer;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM 1 FROM pools p WHERE p.name = p_pool FOR UPDATE;  -- before reading what was granted meanwhile
+    o_meanwhile_at := '{}';
+    o_meanwhile_permits := '{}';
+    IF p_waited_s IS NOT NULL THEN
+        SELECT g.o_at, g.o_permits INTO o_meanwhile_at, o_meanwhile_permits
+          FROM lading_limiter_granted_meanwhile(p_pool, p_jobs, p_fences, p_waited_s) g;
+        IF array_length(o_meanwhile_at, 1) > 0 THEN
+            SELECT coalesce(array_agg(a.job_id ORDER BY a.i), '{}'), coalesce(array_agg(a.fence ORDER BY a.i), '{}'),
+                   coalesce(array_agg(a.tokens ORDER BY a.i), '{}'), coalesce(array_agg(a.record ORDER BY a.i), '{}'),
+                   coalesce(array_agg(a.waited_s ORDER BY a.i), '{}')
+              INTO p_jobs, p_fences, p_tokens, p_record, p_waited_s
+              FROM unnest(p_jobs, p_fences, p_tokens, p_record, p_waited_s) WITH ORDINALITY
+                   AS a(job_id, fence, tokens, record, waited_s, i)
+             WHERE a.i <> ALL (o_meanwhile_at);
+        END IF;
+    END IF;
+    v_asked := coalesce(array_length(p_jobs, 1), 0);
     SELECT a.o_permit_ids, a.o_cooling, a.o_cooldown_left_s, a.o_requests, a.o_tokens, a.o_in_flight,
            a.o_last_second, a.o_window_frees_in_s, a.o_second_frees_in_s
       INTO o_permit_ids, o_cooling, o_cooldown_left_s, o_requests, o_tokens, o_in_flight,
@@ -81,7 +117,9 @@ $$;
 -- Release permit p_permit (settling its tokens to p_tokens_used; NULL keeps the reservation), then,
 -- in the same transaction under the pool's row lock:
 --   1. ask for the permits of (p_jobs, p_fences, p_tokens): the releasing replica's own waiting
---      attempts (lading_limiter_release_acquire of migration 0028);
+--      attempts, which have waited p_waited_s (lading_limiter_release_acquire of migration 0028,
+--      and an attempt granted a permit meanwhile by another replica's release is not granted a
+--      second: lading_limiter_acquire_recording);
 --   2. when none was asked (p_jobs empty), grant the slot to the longest-waiting recorded attempt
 --      of another replica whose LISTEN connection is alive, and NOTIFY it the permit;
 --   3. when nothing was granted, NOTIFY every replica with the pool's name.
@@ -90,10 +128,11 @@ CREATE FUNCTION lading_limiter_release_grant(
     p_permit bigint, p_tokens_used bigint,
     p_pool text, p_jobs bigint[], p_fences bigint[], p_tokens integer[],
     p_rpm bigint, p_tpm bigint, p_concurrency bigint, p_ttl_s float8, p_window_s float8, p_per_second bigint,
-    p_listener integer,
+    p_listener integer, p_waited_s float8[],
     OUT o_permit_ids bigint[], OUT o_cooling boolean, OUT o_cooldown_left_s float8,
     OUT o_requests bigint, OUT o_tokens bigint, OUT o_in_flight bigint, OUT o_last_second bigint,
-    OUT o_window_frees_in_s float8, OUT o_second_frees_in_s float8, OUT o_handed_to integer)
+    OUT o_window_frees_in_s float8, OUT o_second_frees_in_s float8, OUT o_handed_to integer,
+    OUT o_meanwhile_at integer[], OUT o_meanwhile_permits bigint[])
     LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_waiter limiter_waiters%ROWTYPE;
@@ -116,13 +155,15 @@ BEGIN
      WHERE r.tokens_used IS NOT NULL AND r.tokens_used <> r.tokens_reserved
        AND s.pool = r.pool AND s.second = date_trunc('second', r.acquired_at);
     o_permit_ids := '{}';
+    o_meanwhile_at := '{}';
+    o_meanwhile_permits := '{}';
     IF coalesce(array_length(p_jobs, 1), 0) > 0 THEN
         SELECT a.o_permit_ids, a.o_cooling, a.o_cooldown_left_s, a.o_requests, a.o_tokens, a.o_in_flight,
-               a.o_last_second, a.o_window_frees_in_s, a.o_second_frees_in_s
+               a.o_last_second, a.o_window_frees_in_s, a.o_second_frees_in_s, a.o_meanwhile_at, a.o_meanwhile_permits
           INTO o_permit_ids, o_cooling, o_cooldown_left_s, o_requests, o_tokens, o_in_flight,
-               o_last_second, o_window_frees_in_s, o_second_frees_in_s
+               o_last_second, o_window_frees_in_s, o_second_frees_in_s, o_meanwhile_at, o_meanwhile_permits
           FROM lading_limiter_acquire_recording(p_pool, p_jobs, p_fences, p_tokens, p_rpm, p_tpm, p_concurrency,
-                                                p_ttl_s, p_window_s, p_per_second, NULL, NULL, NULL) a;
+                                                p_ttl_s, p_window_s, p_per_second, NULL, NULL, p_waited_s) a;
     ELSE
         LOOP
             SELECT * INTO v_waiter FROM limiter_waiters w

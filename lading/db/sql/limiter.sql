@@ -54,24 +54,28 @@ SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS co
 -- the attempts not granted whose $12[i] is set are recorded as waiting in the replica whose
 -- LISTEN connection has backend pid $11, since $13[i] seconds ago (migration 0033): a release in
 -- another replica may then grant one of them its slot directly. Granted attempts are forgotten.
+-- An asked attempt granted a permit by such a release while it waited is not granted another:
+-- meanwhile_at (1-based positions in the asked arrays) and meanwhile_permits name them, and
+-- permit_ids go to a prefix of the other asked attempts.
 SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
        o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
        o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s,
-       o_recorded AS recorded
+       o_recorded AS recorded, o_meanwhile_at AS meanwhile_at, o_meanwhile_permits AS meanwhile_permits
   FROM lading_limiter_acquire_recording($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 
 -- name: limiter_release_grant
 -- Release permit $1 ($2: the tokens to count, NULL keeps the reservation), then in the same
 -- transaction (migration 0033): ask for the permits of $4/$5/$6 (this replica's own waiting
--- attempts) under limits $7..$12 like limiter_try_acquire; or, with none asked, grant the slot to
+-- attempts, waiting for $14 seconds: those granted meanwhile elsewhere are named as in
+-- limiter_acquire_recording) under limits $7..$12 like limiter_try_acquire; or, with none asked, grant the slot to
 -- the longest-waiting recorded attempt of another replica than the one listening as backend pid
 -- $13, and NOTIFY it the permit; when nothing was granted, NOTIFY every replica (payload: $3).
 -- handed_to: the listener pid of the replica granted the slot, NULL when none was.
 SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
        o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
        o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s,
-       o_handed_to AS handed_to
-  FROM lading_limiter_release_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+       o_handed_to AS handed_to, o_meanwhile_at AS meanwhile_at, o_meanwhile_permits AS meanwhile_permits
+  FROM lading_limiter_release_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
 
 -- name: limiter_waiters_forget
 -- The replica listening as backend pid $2 stops: forget the attempts it recorded as waiting for

@@ -8,6 +8,7 @@ import asyncio
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -61,14 +62,15 @@ async def same_transaction(db: asyncpg.Connection, released: int, granted: int) 
 
 
 def counting_asks(lim: limiting.PoolLimiter) -> list[int]:
+    """The sizes of the asks `lim`'s asker makes from now on (one query each)."""
     asked: list[int] = []
     original = lim._ask
 
-    async def counted(batch: Sequence[object]) -> tuple[list[limiting.Permit], limiting.Refusal | None]:
+    async def counted(batch: Sequence[Any]) -> Any:
         asked.append(len(batch))
-        return await original(batch)  # type: ignore[arg-type]
+        return await original(batch)
 
-    lim._ask = counted  # type: ignore[method-assign,assignment]
+    lim._ask = counted  # type: ignore[method-assign]
     return asked
 
 
@@ -149,6 +151,32 @@ async def test_a_slot_granted_to_an_attempt_that_gave_up_goes_back_and_on_to_the
     assert await db.fetchval("SELECT array_agg(job_id ORDER BY id) FROM limiter_permits") == [1, 2, 3]
     await second.release(permit, tokens_used=1)
     assert await limiting.usage(db, pool=POOL) == (3, 3, 0)
+
+
+async def test_an_attempt_granted_elsewhere_before_its_replica_heard_it_is_not_granted_a_second_permit(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    here, there = limiter(replicas[0]), limiter(replicas[1])
+    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
+    await recorded(db, 1)
+    assert there._listener is not None
+    await there._listener.remove_listener(limiting.RELEASED_CHANNEL, there._heard)  # its NOTIFYs go unheard
+
+    await here.release(held, tokens_used=1)  # grants the slot to the waiting attempt there
+
+    async def granted() -> bool:
+        return bool(await db.fetchval("SELECT count(*) = 2 FROM limiter_permits"))
+
+    await waiting.until(granted, timeout_s=10)
+    assert not waiter.done()
+    there._released()  # its asker asks again, as after a poll
+    async with asyncio.timeout(10):
+        permit = await waiter
+    assert await same_transaction(db, held.id, permit.id)  # the permit the release granted, ...
+    assert await db.fetchval("SELECT count(*) FROM limiter_permits") == 2  # ... not a second one
+    await there.release(permit, tokens_used=1)
+    assert await limiting.usage(db, pool=POOL) == (2, 2, 0)
 
 
 WAITING_REPLICA = textwrap.dedent("""

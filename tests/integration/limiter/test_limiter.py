@@ -8,6 +8,7 @@ import itertools
 import math
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -38,6 +39,19 @@ def limiter(db: asyncpg.Pool, *, rpm: int = 10_000, tpm: int = 10_000_000, concu
     )
     _made.append(made)
     return made
+
+
+def counting_asks(lim: limiting.PoolLimiter) -> list[int]:
+    """The sizes of the asks `lim`'s asker makes from now on (one query each)."""
+    asked: list[int] = []
+    original = lim._ask
+
+    async def counted(batch: Sequence[Any]) -> Any:
+        asked.append(len(batch))
+        return await original(batch)
+
+    lim._ask = counted  # type: ignore[method-assign]
+    return asked
 
 
 async def ask(lim: limiting.PoolLimiter, tokens: int = 100) -> limiting.Permit | limiting.Refusal:
@@ -213,14 +227,7 @@ async def test_concurrent_attempts_in_one_process_are_granted_in_batches(
         replicas: list[asyncpg.Pool], db: asyncpg.Connection
 ) -> None:
     lim = limiter(replicas[0], rpm=50)
-    asking: list[int] = []
-    original = lim.try_acquire_many
-
-    async def counted(asked: list[tuple[JobId, int, int]]) -> tuple[list[limiting.Permit], limiting.Refusal | None]:
-        asking.append(len(asked))
-        return await original(asked)
-
-    lim.try_acquire_many = counted  # type: ignore[method-assign]
+    asking = counting_asks(lim)
     async with asyncio.timeout(30):
         permits = await asyncio.gather(*(lim.acquire(job_id=JobId(i), fence=1, tokens=10) for i in range(40)))
     assert len({p.id for p in permits}) == 40
@@ -300,16 +307,7 @@ async def test_a_release_hands_its_slot_to_a_waiting_attempt_of_its_own_process_
     here, elsewhere = limiter(replicas[0], concurrency=1), limiter(replicas[1], concurrency=1)
     for lim in (here, elsewhere):
         lim.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60)
-    asked: list[int] = []
-    original = here.try_acquire_many
-
-    async def counted(
-            batch: Sequence[tuple[JobId, int, int]]
-    ) -> tuple[list[limiting.Permit], limiting.Refusal | None]:
-        asked.append(len(batch))
-        return await original(batch)
-
-    here.try_acquire_many = counted  # type: ignore[method-assign]
+    asked = counting_asks(here)
     held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
     refused_before = _concurrency_refusals()
     mine = asyncio.create_task(here.acquire(job_id=JobId(2), fence=1, tokens=1))
