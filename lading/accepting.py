@@ -178,7 +178,7 @@ async def _accept(
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
-            await jobs.set_local_insert_work_mem(conn)
+            await jobs.set_local_insert_settings(conn, counted_by_caller=True)
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=len(request.documents))
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
@@ -186,10 +186,12 @@ async def _accept(
             job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
             await _copy_jobs(conn, request, batch_id, job_ids, digests, accepted_at=inserted.now)
             await failpoints.ahit("accept.after_jobs_before_documents")
+            sizes = [len(data) for data in encoded]
             await job_documents.copy_sized_texts(
-                conn,
-                zip(job_ids, [d.text for d in request.documents], [len(data) for data in encoded], strict=True),
+                conn, zip(job_ids, [d.text for d in request.documents], sizes, strict=True)
             )
+            # Every job is READY, so all of them and their documents' bytes join the tenant's queue.
+            await jobs.add_queued(conn, tenant=request.tenant, jobs=len(job_ids), document_bytes=sum(sizes))
             await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
     except asyncpg.LockNotAvailableError:
@@ -212,7 +214,7 @@ async def _accept_manifest(
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
-            await jobs.set_local_insert_work_mem(conn)
+            await jobs.set_local_insert_settings(conn, counted_by_caller=False)
             await job_documents.stage_manifest(conn, manifest)
             duplicate = await job_documents.staged_duplicate_key(conn)
             if duplicate is not None:

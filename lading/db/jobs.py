@@ -90,9 +90,20 @@ about 3 MB of job rows, then 9 MB of document rows); beyond work_mem they are wr
 temporary file and read back."""
 
 
-async def set_local_insert_work_mem(conn: asyncpg.Connection) -> None:
-    """Until the current transaction ends, work_mem is INSERT_WORK_MEM (see there)."""
-    await conn.execute(queries.sql("job_insert_work_mem_set_local"), INSERT_WORK_MEM)
+async def set_local_insert_settings(conn: asyncpg.Connection, *, counted_by_caller: bool) -> None:
+    """Until the current transaction ends, work_mem is INSERT_WORK_MEM (see there), and, when
+    `counted_by_caller`, the jobs and documents it inserts are left out of the queue counters'
+    insert triggers (migration 0032): the caller must then add them itself, once, with
+    `add_queued`, in the same transaction. Updates and deletes are always counted by the triggers."""
+    await conn.execute(
+        queries.sql("job_insert_settings_set_local"), INSERT_WORK_MEM, "on" if counted_by_caller else "off"
+    )
+
+
+async def add_queued(conn: asyncpg.Connection, *, tenant: str, jobs: int, document_bytes: int) -> None:
+    """Add `jobs` queued jobs and `document_bytes` bytes of their documents to `tenant`'s queue
+    counters (`tenant_queued`), for a transaction that inserted them with `counted_by_caller`."""
+    await conn.execute(queries.sql("job_queued_add"), tenant, jobs, document_bytes)
 
 
 NEW_JOB_COLUMNS = (

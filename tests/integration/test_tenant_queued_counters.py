@@ -129,3 +129,21 @@ async def test_admission_reads_the_counters(db: asyncpg.Connection, quota: dict[
     # The counters are what admission reads: a job that leaves the queue makes room at once.
     await move(db, [await db.fetchval("SELECT min(id) FROM extraction_jobs")], "CANCELLED")
     await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k3", request_digest="d3")
+
+
+async def test_an_inline_batch_counts_itself_and_the_next_insert_is_counted_by_the_triggers(
+        db: asyncpg.Connection) -> None:  # fmt: skip
+    """Inline acceptance writes its own counter row (migration 0032) in UTF-8 bytes; the setting
+    that skips the insert triggers ends with its transaction, so the same session's next
+    insert is counted by them."""
+    await seed(db)
+    texts = ("Rechnung über 5 €", "ok", "日本語の請求書")
+    await applying.admit_batch(db, batch("march", texts=texts))
+    assert await counted(db) == await real(db) == {"acme": (3, sum(len(t.encode()) for t in texts))}
+    assert await db.fetchval("SELECT current_setting('lading.queued_counted', true)") in ("", "off", None)
+    request = intake.DocumentRequest.model_validate({"key": "k", "text": "ü" * 10, "inferencePoolRef": "cheap"})
+    await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k", request_digest="d")
+    assert await counted(db) == await real(db) == {"acme": (4, sum(len(t.encode()) for t in texts) + 20)}
+    # A batch accepted again (the idempotent path) adds nothing.
+    await applying.admit_batch(db, batch("march", texts=texts))
+    assert await counted(db) == await real(db)

@@ -1,4 +1,5 @@
 -- Less work per job row that acceptance writes, with every value, index and counter as before.
+-- (Each part was measured on `hack/bench.py accept`; docs/benchmarks.md has the numbers.)
 --
 -- 1. The claim index's rank (lading_claim_rank, migration 0010) is evaluated for every job row
 --    written into extraction_jobs_fair_claimable. Its body added an interval to a timestamptz,
@@ -59,3 +60,27 @@ BEGIN
     PERFORM lading_tenant_queued_fold(changed);
     RETURN NULL;
 END $$;
+
+-- 3. An inline batch's acceptance knows what it adds to its tenant's queue (n READY jobs, the sum
+--    of their documents' bytes) without reading a row back: it writes that one counter row
+--    itself (lading_tenant_queued_add) and sets `lading.queued_counted` to 'on' for its
+--    transaction (set_config(..., true)), which skips the two insert triggers' work: the job
+--    rows' and the document rows' aggregation, and the document rows' reads of their jobs. Every
+--    other path that inserts jobs or documents (a manifest batch, a submitted document) leaves
+--    the setting unset and is counted by the triggers as before; updates and deletes always are.
+CREATE FUNCTION lading_tenant_queued_add(tenant text, jobs bigint, bytes bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO tenant_queued (tenant, jobs, bytes) VALUES (tenant, jobs, bytes);
+    PERFORM lading_tenant_queued_fold(ARRAY[tenant]);
+END $$;
+
+DROP TRIGGER tenant_queued_jobs_inserted ON extraction_jobs;
+CREATE TRIGGER tenant_queued_jobs_inserted AFTER INSERT ON extraction_jobs
+    REFERENCING NEW TABLE AS lading_new_jobs
+    FOR EACH STATEMENT WHEN (current_setting('lading.queued_counted', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION lading_tenant_queued_jobs_inserted();
+DROP TRIGGER tenant_queued_documents_inserted ON job_documents;
+CREATE TRIGGER tenant_queued_documents_inserted AFTER INSERT ON job_documents
+    REFERENCING NEW TABLE AS lading_new_documents
+    FOR EACH STATEMENT WHEN (current_setting('lading.queued_counted', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION lading_tenant_queued_documents_inserted();

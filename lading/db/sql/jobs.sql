@@ -32,11 +32,18 @@ SELECT coalesce(array_agg(id ORDER BY ordinal), '{}') AS ids FROM extraction_job
 -- accepted suspended (docs/fairness.md). Resumption is batch_set_suspended.
 UPDATE extraction_jobs SET suspended = true WHERE batch_id = $1;
 
--- name: job_insert_work_mem_set_local
--- work_mem $1 until the transaction ends: the counters' triggers (migration 0025) keep each
--- statement's inserted rows (a batch's job rows, its documents' text) in a tuplestore that
--- spills to a temporary file beyond work_mem.
-SELECT set_config('work_mem', $1, true);
+-- name: job_insert_settings_set_local
+-- Until the transaction ends: work_mem $1 (the counters' triggers, migration 0025, keep each
+-- statement's inserted rows, a batch's job rows or its documents' text, in a tuplestore that
+-- spills to a temporary file beyond work_mem), and lading.queued_counted $2: 'on' when the
+-- transaction writes its own tenant_queued row for the jobs and documents it inserts (the insert
+-- triggers then skip their work, migration 0032), 'off' to leave the counting to them.
+SELECT set_config('work_mem', $1, true), set_config('lading.queued_counted', $2, true);
+
+-- name: job_queued_add
+-- Add $2 queued jobs and $3 bytes of their documents to tenant $1's queue counters, for a
+-- transaction that set lading.queued_counted (job_insert_settings_set_local).
+SELECT lading_tenant_queued_add($1, $2, $3);
 
 -- name: job_notify_available
 -- Wake the idle claimers of pool $1 (NOTIFY on channel lading_jobs, delivered at commit).
