@@ -3,7 +3,7 @@
 SUCCEEDED path: every job passes invoice-strict-v1's validation in full), in real processes.
 
 `python -m compare_peers.lading_noop_worker --processes 2 ...` (PYTHONPATH: hack/) is the
-supervisor; its worker processes are this module again (`processes.CHILD_COMMAND`), so each
+supervisor; its worker processes are this module again (`supervising.CHILD_COMMAND`), so each
 builds the same provider. Everything else is `lading worker` as shipped.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 import bench
-from lading_worker import main, processes
+from lading_worker import main, supervising
 
 from lading.db import registry
 from lading.providers import base, factory
@@ -23,7 +23,7 @@ def _evidenced_noop(pool: registry.Pool, *, api_key: str | None = None, base_url
 
 
 factory.for_pool = _evidenced_noop
-processes.CHILD_COMMAND = (sys.executable, "-m", "compare_peers.lading_noop_worker")
+supervising.CHILD_COMMAND = (sys.executable, "-m", "compare_peers.lading_noop_worker")
 
 if __name__ == "__main__":
     raise SystemExit(main.main())

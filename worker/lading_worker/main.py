@@ -34,7 +34,7 @@ from lading.settings import (
     ReaperSettings,
     WorkerProcessSettings,
 )
-from lading_worker import broker, cleaning, dispatching, processes, running
+from lading_worker import broker, cleaning, dispatching, running, supervising
 
 DOCUMENT_ROOTS_ENV = "LADING_DOCUMENT_ROOTS"
 """Document roots, ':'-separated (e.g. the shared volume's mount); a batch reads beneath `<root>/<namespace>/`."""
@@ -239,7 +239,7 @@ async def serve(
             host, port = health.parse_listen(http)
             await stack.enter_async_context(health.serving(dsn, host=host, port=port))
         if supervisor_pid is not None:
-            watcher = asyncio.create_task(processes.watch_parent(supervisor_pid, stop), name="supervisor watch")
+            watcher = asyncio.create_task(supervising.watch_parent(supervisor_pid, stop), name="supervisor watch")
             stack.push_async_callback(_cancelled, watcher)
         if not await schema.wait_until_current(dsn, stop=stop, what="worker"):
             return  # stopped while waiting
@@ -277,7 +277,7 @@ _NOT_PASSED_ON = frozenset({*SPLIT_FLAGS, "help", "database_url", "amqp_url", "h
 def process_count(args: argparse.Namespace) -> int:
     """How many worker processes `args` asks for: --processes (default: the CPUs available), at most one
     per attempt of --concurrency."""
-    wanted: int = args.processes or processes.available_cpus()
+    wanted: int = args.processes or supervising.available_cpus()
     return max(1, min(wanted, int(args.concurrency)))
 
 
@@ -297,8 +297,8 @@ def child_commands(args: argparse.Namespace, count: int, *, supervisor_pid: int)
                 common += [flag, str(item)]
         elif value is not None:
             common += [flag, str(value)]
-    split = zip(processes.shares(args.concurrency, count), processes.shares(args.prefetch, count),
-                processes.shares(args.delivery_concurrency, count), strict=True)  # fmt: skip
+    split = zip(supervising.shares(args.concurrency, count), supervising.shares(args.prefetch, count),
+                supervising.shares(args.delivery_concurrency, count), strict=True)  # fmt: skip
     commands = []
     for concurrency, prefetch, delivery_concurrency in split:
         own = ["--processes", "1", "--supervised-by", str(supervisor_pid),
@@ -307,7 +307,7 @@ def child_commands(args: argparse.Namespace, count: int, *, supervisor_pid: int)
             own += ["--no-dispatcher"]
         else:
             own += ["--delivery-concurrency", str(delivery_concurrency)]
-        commands.append([*processes.CHILD_COMMAND, *common, *own])
+        commands.append([*supervising.CHILD_COMMAND, *common, *own])
     return commands
 
 
@@ -337,9 +337,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"lading worker: {exc}") from None
     count = 1 if args.supervised_by is not None else process_count(args)
     if count > 1:
-        return asyncio.run(processes.supervise(
+        return asyncio.run(supervising.supervise(
             args.database_url, commands=child_commands(args, count, supervisor_pid=os.getpid()),
-            env=child_environment(args), settings=processes.SupervisorSettings(grace_s=args.grace),
+            env=child_environment(args), settings=supervising.SupervisorSettings(grace_s=args.grace),
             http=args.http, cleaner=cleaner,
         ))  # fmt: skip
     asyncio.run(serve(args.database_url, settings, http=args.http, delivery=delivery, events=events_from(args),

@@ -17,7 +17,7 @@ The Worker: every loop of one worker process wired as a named task, here and now
                      (lading_elected.gpu_costs; electing)
 
 The elected three run in `run_worker`, or, under `lading worker --processes N`, in the supervisor
-(processes.py) instead of in each of its worker processes.
+(supervising.py) instead of in each of its worker processes.
 
 If any loop dies, everything stops and the error is re-raised. On stop (SIGTERM): stop
 claiming, let in-flight attempts finish within the grace period while heartbeats and

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 import pytest
-from lading_worker import main, processes
+from lading_worker import main, supervising
 
 from tests.support import waiting
 
@@ -31,22 +31,22 @@ def _parse(*argv: str) -> argparse.Namespace:
      ("400000 100000\n", 4), ("garbage 1", None)],
 )  # fmt: skip
 def test_the_cgroup_quota_counts_whole_cpus(text: str, cpus: int | None) -> None:
-    assert processes.cgroup_cpus(text) == cpus
+    assert supervising.cgroup_cpus(text) == cpus
 
 
 def test_the_default_is_the_cpus_available_bounded_by_the_quota(tmp_path: pathlib.Path) -> None:
     affinity = len(os.sched_getaffinity(0))
-    assert processes.available_cpus(cpu_max=tmp_path / "absent") == affinity
+    assert supervising.available_cpus(cpu_max=tmp_path / "absent") == affinity
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert processes.available_cpus(cpu_max=tmp_path / "cpu.max") == affinity
+    assert supervising.available_cpus(cpu_max=tmp_path / "cpu.max") == affinity
     (tmp_path / "cpu.max").write_text("100000 100000\n")
-    assert processes.available_cpus(cpu_max=tmp_path / "cpu.max") == 1
+    assert supervising.available_cpus(cpu_max=tmp_path / "cpu.max") == 1
 
 
 def test_totals_are_split_evenly_the_larger_shares_first() -> None:
-    assert processes.shares(10, 3) == [4, 3, 3]
-    assert processes.shares(64, 2) == [32, 32]
-    assert processes.shares(0, 2) == [0, 0]
+    assert supervising.shares(10, 3) == [4, 3, 3]
+    assert supervising.shares(64, 2) == [32, 32]
+    assert supervising.shares(0, 2) == [0, 0]
 
 
 def test_processes_never_outnumber_the_attempts() -> None:
@@ -68,14 +68,14 @@ def test_each_worker_process_gets_the_flags_with_the_totals_split_and_no_urls() 
         "--http", "0.0.0.0:8080", "--retain-inbox-hours", "48",
     )  # fmt: skip
     first, second = main.child_commands(args, 2, supervisor_pid=4242)
-    assert first[: len(processes.CHILD_COMMAND)] == list(processes.CHILD_COMMAND)
+    assert first[: len(supervising.CHILD_COMMAND)] == list(supervising.CHILD_COMMAND)
     for command in (first, second):
         assert "secret" not in " ".join(command) and "--http" not in command
-        parsed = _parse(*command[len(processes.CHILD_COMMAND) :][2:])
+        parsed = _parse(*command[len(supervising.CHILD_COMMAND) :][2:])
         assert parsed.processes == 1 and parsed.supervised_by == 4242
         assert (parsed.claim_batch, parsed.lease_ttl, parsed.retain_inbox_hours) == (20, 2.5, 48)
         assert parsed.document_roots == ["/a", "/b"]
-    one, two = (_parse(*c[len(processes.CHILD_COMMAND) + 2 :]) for c in (first, second))
+    one, two = (_parse(*c[len(supervising.CHILD_COMMAND) + 2 :]) for c in (first, second))
     assert (one.concurrency, one.prefetch, one.delivery_concurrency, one.no_dispatcher) == (3, 2, 1, False)
     assert (two.concurrency, two.prefetch, two.no_dispatcher) == (2, 1, True), "no delivery slot left for it"
     env = main.child_environment(args)
@@ -95,14 +95,14 @@ def test_no_dispatcher_stays_no_dispatcher() -> None:
 READY = "import os, signal, sys, time\n{handler}\nopen(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
 SLEEPER = READY.format(handler="signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))") + "while True: time.sleep(1)"
 STUBBORN = READY.format(handler="signal.signal(signal.SIGTERM, signal.SIG_IGN)") + "while True: time.sleep(1)"
-QUICK = processes.SupervisorSettings(grace_s=5, restart_backoff_s=(0.05,), restarts_max=2, stable_after_s=60)
+QUICK = supervising.SupervisorSettings(grace_s=5, restart_backoff_s=(0.05,), restarts_max=2, stable_after_s=60)
 
 
 def _command(code: str, ready: pathlib.Path) -> list[str]:
     return [sys.executable, "-c", code, str(ready)]
 
 
-def _ready(supervisor: processes.Supervisor, n: int, ready: pathlib.Path) -> Callable[[], Awaitable[bool]]:
+def _ready(supervisor: supervising.Supervisor, n: int, ready: pathlib.Path) -> Callable[[], Awaitable[bool]]:
     async def condition() -> bool:
         pids = supervisor.pids()
         return len(pids) == n and all((ready / str(pid)).exists() for pid in pids)
@@ -112,7 +112,7 @@ def _ready(supervisor: processes.Supervisor, n: int, ready: pathlib.Path) -> Cal
 
 async def test_a_killed_process_is_restarted_and_sigterm_stops_all_with_status_0(tmp_path: pathlib.Path) -> None:
     sleeper = _command(SLEEPER, tmp_path)
-    supervisor = processes.Supervisor([sleeper, sleeper], env=dict(os.environ), settings=QUICK)
+    supervisor = supervising.Supervisor([sleeper, sleeper], env=dict(os.environ), settings=QUICK)
     stop = asyncio.Event()
     run = asyncio.create_task(supervisor.run(stop))
     try:
@@ -136,14 +136,14 @@ async def test_a_killed_process_is_restarted_and_sigterm_stops_all_with_status_0
 
 async def test_a_process_that_keeps_failing_stops_the_supervisor_with_status_1(tmp_path: pathlib.Path) -> None:
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
-    supervisor = processes.Supervisor([failing, _command(SLEEPER, tmp_path)], env=dict(os.environ), settings=QUICK)
+    supervisor = supervising.Supervisor([failing, _command(SLEEPER, tmp_path)], env=dict(os.environ), settings=QUICK)
     assert await asyncio.wait_for(supervisor.run(asyncio.Event()), 60) == 1
     assert supervisor.gave_up and supervisor.pids() == []
 
 
 async def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: pathlib.Path) -> None:
-    settings = processes.SupervisorSettings(grace_s=0.0)
-    supervisor = processes.Supervisor([_command(STUBBORN, tmp_path)], env=dict(os.environ), settings=settings)
+    settings = supervising.SupervisorSettings(grace_s=0.0)
+    supervisor = supervising.Supervisor([_command(STUBBORN, tmp_path)], env=dict(os.environ), settings=settings)
     stop = asyncio.Event()
     run = asyncio.create_task(supervisor.run(stop))
     await waiting.until(_ready(supervisor, 1, tmp_path), timeout_s=30)
@@ -152,5 +152,5 @@ async def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(t
 
 
 def test_exits_are_described_by_status_or_signal() -> None:
-    assert processes.describe_exit(3) == "exited with status 3"
-    assert processes.describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert supervising.describe_exit(3) == "exited with status 3"
+    assert supervising.describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
