@@ -678,11 +678,11 @@ async def _submit_group(
     async with conn.transaction():
         posts = [i for i, p in enumerate(group) if p.answer is not None]
         recorded: set[tuple[str, str]] = set()
-        if posts:
-            await locks.set_local_lock_timeout(conn, seconds=waits.in_progress_wait_s)
+        if posts:  # the lock timeout is set in the claim's round trip
             recorded = await api_requests.claim_many(
-                conn, [(group[i].namespace, group[i].idempotency_key, group[i].request_digest) for i in posts]
-            )
+                conn, [(group[i].namespace, group[i].idempotency_key, group[i].request_digest) for i in posts],
+                wait_s=waits.in_progress_wait_s, then_wait_s=settings.lock_timeout_s,
+            )  # fmt: skip
             answered = [i for i in posts if group[i].identity not in recorded]
             if answered:
                 stored = await api_requests.get_many(conn, [group[i].identity for i in answered])
@@ -690,7 +690,8 @@ async def _submit_group(
                     found = stored.get(group[i].identity)
                     assert found is not None, "the claim found the key taken, so its row exists"
                     outcomes[i] = Recorded(found)
-        await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
+        else:
+            await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
         todo = [i for i in range(len(group)) if outcomes[i] is None]
         claimed = await submissions.insert_many(
             conn, [submissions.Claim(group[i].namespace, group[i].idempotency_key, group[i].request_digest)

@@ -69,14 +69,24 @@ async def answer(
 # --- A group of document POSTs in the transaction that accepts their documents (`lading.intake`).
 
 
-async def claim_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str]]:
+async def claim_many(
+        conn: asyncpg.Connection,
+        keys: Sequence[tuple[str, str, str]],
+        *,
+        wait_s: float,
+        then_wait_s: float,
+) -> set[tuple[str, str]]:
     """`claim` for (namespace, key, request digest) triples at once (sorted here: one lock order);
     the (namespace, key) pairs taken for this transaction. A key answered before is left out (see
-    `get_many`); one another transaction holds is waited for, up to the lock timeout."""
+    `get_many`); one another transaction holds is waited for up to `wait_s` (then
+    `asyncpg.LockNotAvailableError`). Afterwards the transaction's lock timeout is `then_wait_s`:
+    both set in the claim's own round trip."""
     ordered = sorted(keys)
-    rows = await conn.fetch(queries.sql("api_request_claim_many"), [k[0] for k in ordered],
-                            [k[1] for k in ordered], [k[2] for k in ordered])
-    return {(row["namespace"], row["idempotency_key"]) for row in rows}
+    row = await conn.fetchrow(queries.sql("api_request_claim_many"), [k[0] for k in ordered],
+                              [k[1] for k in ordered], [k[2] for k in ordered], f"{int(wait_s * 1000)}ms",
+                              f"{int(then_wait_s * 1000)}ms")
+    assert row is not None, "an aggregate answers one row"
+    return set(zip(row["namespaces"], row["keys"], strict=True))
 
 
 async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Answered]:
