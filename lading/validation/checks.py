@@ -85,7 +85,8 @@ _EXACT = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Over
 
 _MAX_SCHEMA_LOCATIONS = 10
 _MAX_NAME = 64
-_DIGITS = frozenset("0123456789")
+_DIGIT_STRING = "0123456789"
+_DIGITS = frozenset(_DIGIT_STRING)
 _APOSTROPHE = "\u2019"  # typographic apostrophe, a Swiss thousands separator
 _MINUS = "\u2212"  # typographic minus sign
 _NUMBER_JOINERS = frozenset(".,'" + _APOSTROPHE)
@@ -393,10 +394,10 @@ def number_values(text: str) -> frozenset[decimal.Decimal]:
 def _number_readings(text: str) -> Iterator[decimal.Decimal]:
     """The values of `number_values(text)` one by one, some more than once; `text` whitespace-normalised."""
     for match in _NUMBER_RUN.finditer(text):
-        start, end = match.span()
-        before = text[max(0, start - 2):start]
-        negative = before[-1:] in _SIGNS and not before[:-1].isalnum()  # not a hyphen: `INV-100`
-        parenthesised = start > 0 and text[start - 1] == "(" and text[end:end + 1] == ")"
+        start = match.start()
+        previous = text[start - 1] if start else ""
+        negative = previous in _SIGNS and not text[max(0, start - 2):start - 1].isalnum()  # not a hyphen: `INV-100`
+        parenthesised = previous == "(" and text[match.end():match.end() + 1] == ")"
         token = match.group()
         if " " not in token:  # the usual case: one group, read whole
             for value in _readings(token):
@@ -419,6 +420,13 @@ def _readings(token: str) -> list[decimal.Decimal]:
     """Each way to read a token of digit groups and separators (`.`, `,`, apostrophes, space)."""
     if token.isdigit():  # no separator (the token holds ASCII digits and separators only)
         return [decimal.Decimal(token)]
+    separator = token.strip(_DIGIT_STRING)
+    if len(separator) == 1:  # one separator: what the general case below gives, without the regex
+        head, _, tail = token.partition(separator)
+        readings = [decimal.Decimal(head + tail)] if len(head) <= 3 and len(tail) == 3 else []
+        if separator in ".,":
+            readings.append(decimal.Decimal(head + "." + tail))
+        return readings
     pieces = _NUMBER_SEPARATOR.split(token)
     groups, separators = pieces[0::2], pieces[1::2]
     readings = []
