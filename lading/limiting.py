@@ -38,12 +38,18 @@ in arrival order. So a worker with 100 concurrent attempts costs the database on
 batch of grants, not a hundred pollers. When only the concurrency limit refuses, the asker waits
 for a release and does not ask again before one is heard of:
 
-- a process that releases a permit while attempts of its own wait hands the slot to them in the
-  same call (`limiter_release_acquire`): one round trip, no wake-up elsewhere. At most
-  `handoff_streak` releases in a row do so; the next one frees the slot for every replica, so a
-  replica whose attempts wait is not starved by one that keeps its slots busy;
-- a release that hands nothing over NOTIFYs the `lading_limiter` channel, which wakes every
-  replica's asker (with a short poll as the fallback if LISTEN is unavailable).
+- a process that releases a permit while attempts of its own wait hands the slot to the next of
+  them in the same call (`limiter_release_grant`): one round trip, no wake-up elsewhere. At most
+  `handoff_streak` releases in a row do so, so that a replica whose attempts wait is not starved
+  by one that keeps its slots busy;
+- otherwise the release grants the slot, in the same transaction, to the attempt of another
+  replica that has waited longest, and NOTIFYs that replica the permit: its attempt goes on without
+  asking. An ask refused for concurrency records the attempts not granted in `limiter_waiters`
+  with the asker's LISTEN backend pid (migration 0033); a replica whose LISTEN connection is gone
+  is passed over. An ask never grants a second permit to an attempt granted one that way before
+  its replica heard the NOTIFY (`Grant.meanwhile`);
+- a release that grants nothing NOTIFYs the `lading_limiter` channel with the pool's name, which
+  wakes every replica's asker (with a short poll as the fallback if LISTEN is unavailable).
 
 The per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a
 bounded number of rows whatever the pool's rate.
@@ -153,8 +159,9 @@ class LimiterSettings:
     """The most waiting attempts of one process granted by one query."""
     handoff_streak: int = 8
     """The most releases in a row of one process that hand their slot straight to its own waiting
-    attempts; the next one frees the slot for every replica (NOTIFY), which all ask for it. 0: never
-    hand over (every release wakes every replica)."""
+    attempts; the next one grants it to the attempt of another replica that has waited longest (or,
+    with none recorded, frees it for every replica: NOTIFY, and all ask for it). 0: never hand over
+    to an attempt of this process."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""

@@ -61,33 +61,6 @@ async def try_acquire_many(
     return _grant(row)
 
 
-async def release_and_acquire_many(
-        conn: asyncpg.Connection,
-        *,
-        permit_id: int,
-        tokens_used: int | None,
-        pool: PoolName,
-        asked: Sequence[tuple[JobId, int, int]],
-        requests_per_minute: int,
-        tokens_per_minute: int,
-        max_concurrency: int,
-        permit_ttl_s: float,
-        window_s: float,
-        per_second: int,
-) -> Grant:
-    """`release` and `try_acquire_many` in one call: the slot goes to the asked permits first. Only a
-    release that grants nothing wakes the other processes (NOTIFY lading_limiter).
-    `asyncpg.NoDataFoundError` (nothing released) when the pool is not registered."""
-    row = await conn.fetchrow(
-        queries.sql("limiter_release_acquire"),
-        permit_id, tokens_used,
-        pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
-        requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second,
-    )  # fmt: skip
-    assert row is not None
-    return _grant(row)
-
-
 async def acquire_recording(
         conn: asyncpg.Connection,
         *,

@@ -120,8 +120,9 @@ $$;
 --      attempts, which have waited p_waited_s (lading_limiter_release_acquire of migration 0028,
 --      and an attempt granted a permit meanwhile by another replica's release is not granted a
 --      second: lading_limiter_acquire_recording);
---   2. when none was asked (p_jobs empty), grant the slot to the longest-waiting recorded attempt
---      of another replica whose LISTEN connection is alive, and NOTIFY it the permit;
+--   2. when none was asked (p_jobs empty), or those asked were granted meanwhile, grant the slot
+--      to the longest-waiting recorded attempt of another replica whose LISTEN connection is
+--      alive, and NOTIFY it the permit;
 --   3. when nothing was granted, NOTIFY every replica with the pool's name.
 -- o_handed_to: the listener pid of the replica granted in 2, NULL otherwise.
 CREATE FUNCTION lading_limiter_release_grant(
@@ -164,7 +165,9 @@ BEGIN
                o_last_second, o_window_frees_in_s, o_second_frees_in_s, o_meanwhile_at, o_meanwhile_permits
           FROM lading_limiter_acquire_recording(p_pool, p_jobs, p_fences, p_tokens, p_rpm, p_tpm, p_concurrency,
                                                 p_ttl_s, p_window_s, p_per_second, NULL, NULL, p_waited_s) a;
-    ELSE
+    END IF;
+    IF coalesce(array_length(p_jobs, 1), 0) = 0
+       OR (coalesce(array_length(o_permit_ids, 1), 0) = 0 AND array_length(o_meanwhile_at, 1) > 0) THEN
         LOOP
             SELECT * INTO v_waiter FROM limiter_waiters w
              WHERE w.pool = p_pool AND w.listener IS DISTINCT FROM p_listener

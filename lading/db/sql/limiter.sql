@@ -39,16 +39,6 @@ WITH released AS (
 )
 SELECT id, pg_notify('lading_limiter', pool), set_config('synchronous_commit', 'off', true) FROM released;
 
--- name: limiter_release_acquire
--- limiter_release of permit $1 ($2: the tokens to count, NULL keeps the reservation) and
--- limiter_try_acquire of pool $3 ($4..$12 as its $2..$10) in one call (migration 0028): the
--- releasing process hands the slot to its own next waiting attempts. Only a release that grants
--- nothing NOTIFYs the other replicas.
-SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS cooldown_left_s,
-       o_requests AS requests, o_tokens AS tokens, o_in_flight AS in_flight, o_last_second AS last_second,
-       o_window_frees_in_s AS window_frees_in_s, o_second_frees_in_s AS second_frees_in_s
-  FROM lading_limiter_release_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
-
 -- name: limiter_acquire_recording
 -- limiter_try_acquire ($1..$10), and when the next asked permit is refused for concurrency alone,
 -- the attempts not granted whose $12[i] is set are recorded as waiting in the replica whose
