@@ -9,7 +9,8 @@ same PostgreSQL and RabbitMQ, one after the other.
 - Lading, SUCCEEDED path, `lading worker --processes 2`: the same 20,000 jobs at the same setting
   (`--concurrency 500` in all, split 250 + 250), as real processes: a supervisor and its two worker
   processes (`python -m compare_peers.lading_noop_worker`, i.e. `lading worker` with the same
-  provider), started once the backlog is loaded and stopped by SIGTERM to the supervisor's PID.
+  provider, logging at WARNING like the other rows), started once the backlog is loaded and
+  stopped by SIGTERM to the supervisor's PID.
   Measured once both worker processes claim (interpreter start-up left out, as for Celery; a
   process that comes up a second later would otherwise count as a slower system): jobs/s of the
   jobs finished from the later process's first attempt to the last job's finish (database
@@ -567,6 +568,7 @@ async def _lading_processes(url: str) -> list[tuple[str, Measured]]:
                 worker = await asyncio.create_subprocess_exec(
                     *command, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=HACK
                 )
+            supervisor = worker.pid
             try:
                 cpu_first, cpu_last, processes_seen, postgres_cpu = await asyncio.wait_for(
                     _watch_processes(conn, worker, log, postgres), CELERY_START_TIMEOUT_S + PART_TIMEOUT_S
@@ -598,6 +600,7 @@ async def _lading_processes(url: str) -> list[tuple[str, Measured]]:
         worker_cpu_s=round(_cpu_delta(cpu_first, cpu_last), 3), postgres_cpu_s=postgres_cpu,
         details={"setting": dict(setting), "processes": LADING_PROCESS_COUNT, "states": states,
                  "worker_ids": span["workers"], "processes_measured": processes_seen,
+                 "supervisor_cpu_s": round(cpu_last.get(supervisor, 0.0) - cpu_first.get(supervisor, 0.0), 3),
                  "timing": "jobs finished from the later worker process's first attempt to the last job's "
                            "finish (database timestamps); CPU from the poll that saw both processes claim"},
     ))]  # fmt: skip
