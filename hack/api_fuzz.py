@@ -4,9 +4,11 @@ generated requests, valid and invalid, with the document's stateful links; every
 no 5xx and conform to the document (status, content type, headers, body schema).
 
 Creates its own database on $DATABASE_URL (an admin URL; default the local server), migrates and
-seeds it (tenant `acme`, pool `lading-system/builtin`, a token), runs the intake on a free loopback
-port, runs `st run` against it, and drops the database. Extra arguments go to `st run`
-(e.g. `--max-examples 200`). Needs the `schemathesis` package (the make target installs it).
+seeds it (tenant `acme`, pool `lading-system/qwen`: the one the document's request examples name,
+so requests made from them are accepted and the stateful links lead to objects that exist; a
+token), runs the intake on a free loopback port, runs `st run` against it, and drops the
+database. Extra arguments go to `st run` (e.g. `--max-examples 200`). Needs the `schemathesis`
+package (the make target installs it).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ async def _prepare(admin_url: str, name: str) -> tuple[str, str]:
         await migrating.migrate(conn)
         await registry.upsert_tenant(conn, name=TenantName("acme"), namespaces=["acme"], weight=1,
                                      max_queued_jobs=10_000, max_in_flight=None, spec={})
-        await registry.upsert_pool(conn, name=PoolName("lading-system/builtin"), provider="builtin",
+        await registry.upsert_pool(conn, name=PoolName("lading-system/qwen"), provider="builtin",
                                    model="lading-builtin", spec={})
         token = access.mint()
         await api_tokens.insert(conn, name="fuzz", token_sha256=access.digest(token), namespaces=["acme"],
@@ -82,7 +84,9 @@ def main(argv: list[str]) -> int:
         config.write_text('parameters = { "path.namespace" = "acme" }\n', encoding="utf-8")
         command = [st, "--config-file", str(config), "run", f"{match[1]}/openapi.json", "--url", match[1],
                    "--header", f"Authorization: Bearer {token}", "--checks", "all",
-                   "--exclude-checks", "positive_data_acceptance", *argv]  # fmt: skip
+                   # A cancelled batch (DELETE) stays readable with its final status, as a custom
+                   # resource's status outlives its jobs: 200 after DELETE is the documented answer.
+                   "--exclude-checks", "positive_data_acceptance,use_after_free", *argv]  # fmt: skip
         return subprocess.run(command, check=False).returncode
     finally:
         server.kill()

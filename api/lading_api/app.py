@@ -56,7 +56,7 @@ import orjson
 import prometheus_client
 import pydantic
 
-from lading import access, applying, errors, failpoints, health, intake, metrics, reasons
+from lading import access, applying, errors, failpoints, health, intake, metrics, reasons, storable
 from lading.db import api_requests, api_tokens, api_views, batches, deliveries, jobs, locks, queue, registry
 from lading.documents import manifest_lines
 from lading.ids import JobId, PoolName
@@ -226,6 +226,8 @@ class Intake:
         namespace = await self._namespace(request)
         name = request.match_info["name"]
         after = request.query.get("after", "")
+        if storable.unstorable_reason(after) is not None:  # a NUL or a lone surrogate: never a document key
+            raise _Answer(problems.problem(400, "bad-request", "after must be a document key (from a Link header)"))
         limit = _page_size(request.query.get("limit"), self.settings)
         async with self._connection() as conn:
             found = await api_views.batch(conn, namespace=namespace, name=name)

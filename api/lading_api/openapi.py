@@ -57,6 +57,11 @@ def document() -> dict[str, Any]:
         if route.request is not None:
             operation["requestBody"] = {"required": True, "content": {"application/json": {
                 "schema": keyed[(route.request, "validation")]}}}  # fmt: skip
+            if route.examples:
+                operation["requestBody"]["content"]["application/json"]["examples"] = {
+                    name: {"summary": summary, "value": dict(value)}
+                    for name, (summary, value) in route.examples.items()
+                }
         for status, answer in sorted(route.answers.items()):
             response: dict[str, Any] = {"description": answer.description}
             if answer.model is not None:

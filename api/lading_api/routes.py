@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import pydantic
 
@@ -41,8 +42,27 @@ class Route:
     """Query parameters: (name, JSON schema, description)."""
     public: bool = False
     """Served without a token (health and the document itself)."""
+    examples: Mapping[str, tuple[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Request body examples: name -> (summary, body). They name the pool `lading-system/qwen`
+    (docs/api.md's), which `hack/api_fuzz.py` seeds, so generated requests that use them are
+    accepted and the answers' links lead somewhere."""
 
 
+_INVOICE = "ACME GmbH\nInvoice 2026-0042\nDate 2026-03-01\nTotal 119.00 EUR"
+_DOCUMENT_EXAMPLES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "inline": ("A document with its text, for a pool of another namespace.",
+               {"key": "inv-2026-0042", "text": _INVOICE, "inferencePoolRef": "lading-system/qwen"}),
+    "urgent": ("High priority, due within an hour.",
+               {"key": "inv-2026-0043", "text": _INVOICE.replace("0042", "0043"),
+                "inferencePoolRef": "lading-system/qwen", "priority": "high", "deadlineSeconds": 3600}),
+}  # fmt: skip
+_BATCH_EXAMPLES: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "inline": ("A batch of two documents listed inline.", {"name": "march-invoices", "spec": {
+        "schema": "invoice.v1", "inferencePoolRef": {"name": "qwen", "namespace": "lading-system"},
+        "documents": [{"key": "inv-2026-0042", "text": _INVOICE},
+                      {"key": "inv-2026-0043", "text": _INVOICE.replace("0042", "0043")}],
+    }}),
+}  # fmt: skip
 _PROBLEM = models.Problem
 _COMMON: Mapping[int, Answer] = {
     401: Answer("No valid bearer token.", _PROBLEM, "application/problem+json"),
@@ -66,7 +86,7 @@ _POST: Mapping[int, Answer] = {
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/namespaces/{namespace}/documents", "post_document", "submitDocument",
           "Submit one document; it is appended to a rolling batch of its namespace.",
-          request=intake.DocumentRequest,
+          request=intake.DocumentRequest, examples=_DOCUMENT_EXAMPLES,
           answers={202: Answer("Accepted (or the replay of the first answer to this Idempotency-Key).",
                                models.DocumentAccepted, headers=("Location", "Idempotency-Replayed"),
                                links={"GetJob": ("getJob", {"id": "$response.body#/jobId"}),
@@ -74,7 +94,7 @@ ROUTES: tuple[Route, ...] = (
                    **_POST, **_COMMON}),
     Route("POST", "/v1/namespaces/{namespace}/batches", "post_batch", "submitBatch",
           "Submit an ExtractionBatch spec under a name; admitted as the custom resource is.",
-          request=models.BatchSubmission,
+          request=models.BatchSubmission, examples=_BATCH_EXAMPLES,
           answers={202: Answer("Accepted (or the replay of the first answer to this Idempotency-Key).",
                                models.BatchAccepted, headers=("Location", "Idempotency-Replayed"),
                                links={name: (operation, {"namespace": "$request.path.namespace",
@@ -93,7 +113,8 @@ ROUTES: tuple[Route, ...] = (
           "A batch's jobs with their results, one JSON object a line, in key order, keyset-paged.",
           answers={200: Answer("One ResultLine a line; a `Link: <...>; rel=\"next\"` header when more follow.",
                                models.ResultLine, NDJSON, ("Link",)),
-                   400: Answer("A limit outside 1 to 1000.", _PROBLEM, "application/problem+json"), **_COMMON},
+                   400: Answer("A limit outside 1 to 1000, or an `after` that cannot be a document key.", _PROBLEM,
+                               "application/problem+json"), **_COMMON},
           query=(("after", {"type": "string"},
                   "Start after this document key (from the previous page's Link)."),
                  ("limit", {"type": "integer", "minimum": 1, "maximum": 1000},

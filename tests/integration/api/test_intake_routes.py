@@ -51,6 +51,8 @@ async def test_a_batch_is_admitted_reported_paged_and_cancelled(
         link = page.headers.get("Link")
         url = api_server.base_url + link.split(">")[0].lstrip("<") if link else ""
     assert keys == [f"inv-{i}" for i in range(5)]
+    nul = await call(http, "GET", f"{base}/march/results?after=inv-%00", tenant=acme)  # never a key
+    assert nul.status == 400 and nul.body["type"].endswith("/bad-request")
 
     cancelled = await call(http, "DELETE", f"{base}/march", tenant=acme)
     assert cancelled.status == 200
