@@ -193,7 +193,7 @@ def _check_document_key(value: str) -> str:
 
 
 def _check_text_size(value: str) -> str:
-    size = len(value.encode("utf-8"))
+    size = len(value) if value.isascii() else len(value.encode("utf-8"))
     if size > INLINE_TEXT_MAX_BYTES:
         raise ValueError(
             f"text is {size} bytes in UTF-8, more than {INLINE_TEXT_MAX_BYTES}; "
@@ -291,6 +291,8 @@ class _Spec(pydantic.BaseModel):
     def _storable(cls, value: object, info: pydantic.ValidationInfo) -> object:
         """Every string field of every spec may reach the database (keys, texts, URLs, names): one
         PostgreSQL cannot store is an invalid spec here, not a COPY that fails and is retried."""
+        if not isinstance(value, str) or (value.isascii() and "\x00" not in value):
+            return value  # storable: ASCII has no surrogates (the usual case, checked in C: 1,000s of documents)
         return _refuse_unstorable(value, prefix=cls._unstorable_prefix(info))
 
     @classmethod

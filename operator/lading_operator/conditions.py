@@ -260,5 +260,5 @@ async def write_status(
     if patch is None:
         return False
     path = kube.path(api_version, plural, namespace=namespace, name=name, sub="status")
-    await api.merge_patch(path, {"status": patch})
+    await api.merge_patch_unread(path, {"status": patch})
     return True

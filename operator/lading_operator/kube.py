@@ -20,8 +20,9 @@ Calls (`Client`):
 - owned objects are written with server-side apply (`apply`: PATCH with
   `application/apply-patch+yaml`, `fieldManager=lading-operator`, `force=true`): the whole desired
   object every time, so a field we stop rendering is removed by the API server;
-- status is a JSON merge patch on the status subresource (`merge_patch`), as are the scaler's
-  replica counts (they are not part of the applied object: see pool_steps/owned.py);
+- status is a JSON merge patch on the status subresource (`merge_patch_unread`: the answer, the whole
+  object, is not decoded), as are the scaler's replica counts (`merge_patch`; they are not part of the
+  applied object: see pool_steps/owned.py);
 - 429, and 503 with `Retry-After`, are retried after the server's `Retry-After` (bounded by
   `RETRY_AFTER_MAX_S`, at most `RETRY_ATTEMPTS` tries). kopf's own calls (watches, its
   annotations and finalizers, events) retry 429 and 5xx with its `networking.error_backoffs`,
@@ -282,7 +283,9 @@ class Client:
         body: Any = None,
         content_type: str | None = None,
         params: Mapping[str, str] | None = None,
+        decode: bool = True,
     ) -> Any:
+        """The decoded answer (None when empty, or when not `decode`d)."""
         base, _, query = path.partition("?")
         query_params = urllib.parse.parse_qsl(query) + list((params or {}).items())
         refreshed = False
@@ -303,7 +306,7 @@ class Client:
                 text = data[: ERROR_BODY_CHARS * 4].decode("utf-8", errors="replace")[:ERROR_BODY_CHARS]
                 raise KubeError(status=status, message=f"{method} {base}: {text}")
             # orjson: a batch's status write answers with the whole object (80 KB for 1,000 documents).
-            return orjson.loads(data) if data else None
+            return orjson.loads(data) if data and decode else None
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     async def get(self, path: str) -> dict[str, Any] | None:
@@ -339,6 +342,21 @@ class Client:
                 return None
             raise
         return dict(result) if isinstance(result, Mapping) else None
+
+    async def merge_patch_unread(self, path: str, body: Mapping[str, Any]) -> bool:
+        """`merge_patch` that leaves the answer unread: True when patched, False when the object does not
+        exist (any more). For status writes, which the API server answers with the whole object (80 KB
+        for a batch of 1,000 inline documents) and whose caller needs nothing from it."""
+        try:
+            await self._call(
+                "PATCH", path, body=dict(body), content_type="application/merge-patch+json",
+                params={"fieldManager": FIELD_MANAGER}, decode=False,
+            )  # fmt: skip
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     async def delete(self, path: str) -> bool:
         try:

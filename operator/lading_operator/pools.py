@@ -15,6 +15,9 @@ of an object it owns (a Deployment or Service edited or deleted by hand: drift),
                  replicas written to the Deployments                   (pool_steps/scaling.py)
     4. status    endpoint, replicas, workers and why, headroom; Ready, Degraded, Paused
                                                                        (pool_steps/status.py)
+                 written when it changed; a change of the numbers in `scalingReason` alone
+                 (the oldest job's age, the idle seconds, the backlog) at most once per
+                 CLOCK_REFRESH_S, so a pool at rest costs no status write every 15 s
 
 Pools live only in platform namespaces (`OperatorSettings.pool_namespaces`, `lading operator
 --pool-namespaces`): a pool's workers hold the signing secret of every DeliveryEndpoint (mirroring.py),
@@ -28,6 +31,8 @@ the objects it owned, its `pools` row unless a batch refers to it.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,8 +56,24 @@ METRICS_URL_ANNOTATION = headroom.METRICS_URL_ANNOTATION
 POOL_NAMESPACE_NOT_ALLOWED = conditions.POOL_NAMESPACE_NOT_ALLOWED
 
 
+CLOCK_REFRESH_S = 300.0
+"""How stale the numbers in `scalingReason` may get while nothing else in the status changes (as a batch's
+clock-driven fields, batches.CLOCK_REFRESH_S): its situation and action are written at once."""
+_NUMBERS = re.compile(r"\d+")
+
+
 def key(namespace: str, name: str) -> runtime.ObjectKey:
     return (KIND, namespace, name)
+
+
+def numbers_only(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether `desired` differs from `live` in the numbers of `scalingReason` alone: the same words
+    ("backlog 40, oldest 31s ≤ target 120s: ..." and "backlog 40, oldest 46s ≤ target 120s: ...")."""
+    changed = conditions.status_patch(live, desired) or {}
+    if set(changed) != {"scalingReason"}:
+        return False
+    before, after = live.get("scalingReason"), desired.get("scalingReason")
+    return isinstance(before, str) and isinstance(after, str) and _NUMBERS.sub("0", before) == _NUMBERS.sub("0", after)
 
 
 def parse(body: Mapping[str, Any]) -> specs.InferencePool:
@@ -82,6 +103,7 @@ class Reconciler:
         self.pruned_generation: int | None = None
         """The spec generation whose objects were last pruned (None: not yet in this loop)."""
         self.last_written: dict[str, Any] = dict(body.get("status") or {})
+        self.last_write_at = -float("inf")
 
     async def run(self, stopped: Any) -> None:
         async with aiohttp.ClientSession() as session:
@@ -169,12 +191,16 @@ class Reconciler:
         await self._write(desired)
 
     async def _write(self, desired: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if numbers_only(self.last_written, desired) and now - self.last_write_at < CLOCK_REFRESH_S:
+            return
         written = await conditions.write_status(
             self.rt.api, api_version=specs.API_VERSION, plural=PLURAL, namespace=self.namespace, name=self.name,
             live=self.last_written, desired=desired,
         )  # fmt: skip
         if written:
             self.last_written = dict(desired)
+            self.last_write_at = now
 
 
 def owner_pool(body: Mapping[str, Any]) -> runtime.ObjectKey | None:

@@ -1,13 +1,16 @@
-"""kopf_patching.as_json_patch gives the operations kopf's own Patch.as_json_patch gives."""
+"""kopf_patching.as_json_patch gives the operations kopf's own Patch.as_json_patch gives; StreamJson.loads
+decodes what json.loads decodes."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import json
 from typing import Any
 
 import jsonpatch
 import pytest
+from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.structs import bodies, finalizers, patches
 from lading_operator import kopf_patching
 
@@ -19,6 +22,7 @@ def test_kopf_own_method_kept_for_comparison() -> None:
     assert KOPF_AS_JSON_PATCH is not kopf_patching.as_json_patch
     assert kopf_patching.install()
     assert patches.Patch.as_json_patch is kopf_patching.as_json_patch
+    assert kopf_api.json is kopf_patching.StreamJson
     assert kopf_patching.install()  # once
 
 
@@ -91,3 +95,22 @@ def test_no_reference_body() -> None:
     with pytest.raises(ValueError, match="original body"):
         kopf_patching.as_json_patch(patches.Patch({}, fns=[BLOCK]))
     assert kopf_patching.as_json_patch(patches.Patch({})) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        json.dumps({"type": "ADDED", "object": _batch(documents=3)}),
+        '{"u64": 18446744073709551615, "i64": -9223372036854775808, "x": 12345678901234567.5, "z": -0.0}',
+        '{"nan": NaN, "inf": -Infinity, "huge": 1e400}',  # not JSON, but json.loads takes it
+        '{"lone": "\\ud800", "dup": 1, "dup": 2, "text": "caf\\u00e9 \\u2603"}',
+    ],
+)
+def test_stream_json_decodes_what_json_decodes(line: str) -> None:
+    got = kopf_patching.StreamJson.loads(line)
+    assert repr(got) == repr(json.loads(line))
+
+
+def test_stream_json_refuses_what_json_refuses() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        kopf_patching.StreamJson.loads('{"truncated": ')
