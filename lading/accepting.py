@@ -1,7 +1,7 @@
 """
-Durable acceptance of a batch: batch row, job rows, document rows and the batch's
-`batch.accepted.v1` outbox event, in ONE short transaction; its commit wakes idle claimers
-of the pool (NOTIFY).
+Durable acceptance of a batch: batch row, job rows, document rows, the tenant's queue counter
+row and the batch's `batch.accepted.v1` outbox event, in ONE short transaction; its commit
+wakes idle claimers of the pool (NOTIFY).
 
 Idempotent by (tenant, idempotency key), where the key is the batch's identity
 (`namespace/name/uid`):

@@ -94,7 +94,8 @@ async def set_local_insert_settings(conn: asyncpg.Connection, *, counted_by_call
     """Until the current transaction ends, work_mem is INSERT_WORK_MEM (see there), and, when
     `counted_by_caller`, the jobs and documents it inserts are left out of the queue counters'
     insert triggers (migration 0032): the caller must then add them itself, once, with
-    `add_queued`, in the same transaction. Updates and deletes are always counted by the triggers."""
+    `add_queued`, in the same transaction, which ends the exemption. Updates and deletes are
+    always counted by the triggers."""
     await conn.execute(
         queries.sql("job_insert_settings_set_local"), INSERT_WORK_MEM, "on" if counted_by_caller else "off"
     )
@@ -102,7 +103,9 @@ async def set_local_insert_settings(conn: asyncpg.Connection, *, counted_by_call
 
 async def add_queued(conn: asyncpg.Connection, *, tenant: str, jobs: int, document_bytes: int) -> None:
     """Add `jobs` queued jobs and `document_bytes` bytes of their documents to `tenant`'s queue
-    counters (`tenant_queued`), for a transaction that inserted them with `counted_by_caller`."""
+    counters (`tenant_queued`), for a transaction that inserted them with `counted_by_caller`;
+    what the transaction inserts afterwards is counted by the triggers again (an acceptance may
+    run inside a caller's larger transaction)."""
     await conn.execute(queries.sql("job_queued_add"), tenant, jobs, document_bytes)
 
 

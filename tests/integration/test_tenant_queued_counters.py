@@ -147,3 +147,9 @@ async def test_an_inline_batch_counts_itself_and_the_next_insert_is_counted_by_t
     # A batch accepted again (the idempotent path) adds nothing.
     await applying.admit_batch(db, batch("march", texts=texts))
     assert await counted(db) == await real(db)
+    # Inside a caller's larger transaction, what follows an inline acceptance is counted too.
+    async with db.transaction():
+        await applying.admit_batch(db, batch("april", texts=texts))
+        await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k2",
+                                      request_digest="d2")
+    assert await counted(db) == await real(db) == {"acme": (8, 2 * sum(len(t.encode()) for t in texts) + 40)}

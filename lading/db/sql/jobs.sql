@@ -42,8 +42,9 @@ SELECT set_config('work_mem', $1, true), set_config('lading.queued_counted', $2,
 
 -- name: job_queued_add
 -- Add $2 queued jobs and $3 bytes of their documents to tenant $1's queue counters, for a
--- transaction that set lading.queued_counted (job_insert_settings_set_local).
-SELECT lading_tenant_queued_add($1, $2, $3);
+-- transaction that set lading.queued_counted (job_insert_settings_set_local), and set it back to
+-- 'off': whatever the same transaction inserts afterwards is counted by the triggers again.
+SELECT lading_tenant_queued_add($1, $2, $3), set_config('lading.queued_counted', 'off', true);
 
 -- name: job_notify_available
 -- Wake the idle claimers of pool $1 (NOTIFY on channel lading_jobs, delivered at commit).
