@@ -802,8 +802,11 @@ async def _append_to_rolling(
         first = documents[remaining[0]][0].request.key
         batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings)
         room = settings.max_documents - holds
-        keys = [documents[i][0].request.key for i in remaining]
-        taken = set() if holds == 0 else await submissions.keys_taken(conn, batch_id=batch_id, document_keys=keys)
+        # The batch takes `first` (_open_batch_for saw to it): only the other keys need a look.
+        others = [documents[i][0].request.key for i in remaining if documents[i][0].request.key != first]
+        taken: set[str] = set()
+        if holds and others:
+            taken = await submissions.keys_taken(conn, batch_id=batch_id, document_keys=others)
         now: list[int] = []
         later: list[int] = []
         for i in remaining:
