@@ -60,7 +60,12 @@ async def test_a_worker_delivers_signed_with_the_mounted_secret_and_a_killed_dis
             await processes.stop(doomed)
         first_round = set(erp.ids())
         assert first_round, "the killed dispatcher had sent before dying"
-        assert await db.fetchval("SELECT count(*) FROM deliveries WHERE state = 'IN_FLIGHT'") == len(first_round)
+        # Its lanes may also have claimed deliveries they had not sent yet (or whose request the
+        # stub had not read yet): those are in flight too, and are sent by the survivor.
+        in_flight = {r["id"] for r in await db.fetch(
+            "SELECT delivery_id::text AS id FROM deliveries WHERE state = 'IN_FLIGHT'"
+        )}  # fmt: skip
+        assert first_round <= in_flight, "nothing the killed dispatcher sent was recorded as delivered"
 
         survivor = await processes.start_worker(
             database_url, factories.POOL, args=[*ARGS, *secret_args], log=tmp_path / "survivor.log"
@@ -76,9 +81,9 @@ async def test_a_worker_delivers_signed_with_the_mounted_secret_and_a_killed_dis
     ids = erp.ids()
     assert len(set(ids)) == len(job_ids)
     resent = {i for i in ids if ids.count(i) > 1}
-    assert resent == first_round, "exactly the deliveries in flight at the kill were sent again"
+    assert first_round <= resent <= in_flight, "what was sent before the kill was sent again, nothing else twice"
     rows = await db.fetch("SELECT delivery_id::text AS id, ambiguous_attempts FROM deliveries")
-    assert {r["id"] for r in rows if r["ambiguous_attempts"] == 1} == first_round
+    assert {r["id"] for r in rows if r["ambiguous_attempts"] == 1} == in_flight
 
 
 async def _accepted_then(db: asyncpg.Connection, n: int) -> bool:
