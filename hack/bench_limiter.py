@@ -12,7 +12,10 @@ flight each, against hack/stub_model.py enforcing the same limits as the pool.
     drain-100ms   the time to drain N requests of 100 ms calls vs N / capacity, where capacity is
     drain-1s      min(RPM/60, TPM/(60 * tokens per job), concurrency / latency) requests/s, and
                   N the requests the stub answered (a job answered invalid is asked twice);
-                  timed from the workers' start (their connection pools open), so start-up counts
+                  timed from the workers' start (their connection pools open), so start-up counts;
+                  also where the slots went (`_slots`): slots in use while attempts waited, the
+                  time from each release to the grant that refilled its slot, and the CPU of the
+                  workers, the stub and the workers' PostgreSQL backends
 
 The stub counts tokens like a hosted API (`--accounting reserved`: prompt + max_tokens when a
 request arrives, for the whole window, whatever the answer used). In the drain phases it

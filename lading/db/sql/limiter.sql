@@ -93,10 +93,18 @@ RETURNING extract(epoch FROM cooldown_until - clock_timestamp())::float8 AS cool
 -- name: limiter_prune
 -- Forget permits of pool $1 that no longer count for anything: out of the window and released
 -- or expired. Locked in id order, skipping rows another pruner is already deleting. Also forget
--- the waiting attempts recorded by replicas whose LISTEN connection is gone (migration 0033).
-WITH gone AS (
-    DELETE FROM limiter_waiters w
+-- the waiting attempts recorded by replicas whose LISTEN connection is gone (migration 0033),
+-- skipping those a release is deleting.
+WITH dead AS (
+    SELECT w.pool, w.job_id, w.fence
+      FROM limiter_waiters w
      WHERE w.pool = $1 AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(w.listener))
+     ORDER BY w.pool, w.job_id, w.fence
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM limiter_waiters w
+     USING dead d
+     WHERE w.pool = d.pool AND w.job_id = d.job_id AND w.fence = d.fence
 ), doomed AS (
     SELECT p.id
       FROM limiter_permits p
