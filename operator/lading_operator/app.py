@@ -26,6 +26,9 @@ The handlers of each kind are in `handlers/` (kopf decorators only); what they c
 kind's module. InferencePools are served only in the platform namespaces of `--pool-namespaces` (pools.py); at
 start, signing-secret mirrors found anywhere else are deleted (mirroring.py).
 
+Once started, the garbage collector is tuned for many large objects (`tune_gc`: what exists after start
+frozen, collections less often); that is process-wide.
+
 Startup waits while the database has pending migrations (only `lading migrate` applies them; in
 a cluster the chart's hook Job): admitting work into an older schema could lose it. Meanwhile
 /readyz answers 503 with the pending versions and the log says what to run (`lading.schema`).
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -167,6 +171,7 @@ async def operate(
         rt = await stack.enter_async_context(started(config))
         # The operator stands for the gauge election too, so the gauges exist with workers scaled to zero.
         await stack.enter_async_context(gauges.refreshing(config.database_url))
+        tune_gc()
         kopf_patching.install()  # kopf's finalizer patch without deep-copying and diffing whole objects
         await kopf.operator(
             registry=build_registry(rt),
@@ -178,6 +183,22 @@ async def operate(
             ready_flag=ready_flag,
             memo=kopf.Memo(),
         )
+
+
+GC_THRESHOLDS = (50_000, 20, 20)
+"""The garbage collector's thresholds while the operator runs (Python's defaults: 700, 10, 10). A batch
+brings tens of thousands of objects (its object as kopf holds it, as decoded from each watch event, its
+parsed spec); with the defaults a burst of 100 new batches of 1,000 documents ran over 1,400 young and 8
+full collections, a sixth of the operator's CPU. Almost all of it is freed by reference counting, not by
+the collector, so collecting less often costs little memory: 300 young and 3 full collections then."""
+
+
+def tune_gc() -> None:
+    """Collect once, move what exists after start (modules, classes, the clients) out of the collector's
+    sight for good (`gc.freeze`: every full collection walked it), and set GC_THRESHOLDS. Process-wide."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _follow(flag: asyncio.Event | Any | None, stopping: asyncio.Event) -> None:
