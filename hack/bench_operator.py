@@ -112,6 +112,14 @@ async def _postgres(url: str) -> Any:
         await conn.close()
 
 
+def _peak_rss_mb(pid: int) -> float | None:
+    """The peak resident memory of process `pid` so far (VmHWM), in MiB."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) process `pid` has used so far."""
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -197,6 +205,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
                     steady_requests = emulator.count() - steady_from
                     steady_cpu_s = _cpu_s(process.pid) - steady_cpu_before
                     steady_breakdown = emulator.breakdown(steady_from)
+                    operator_peak_rss_mb = _peak_rss_mb(process.pid)
                     sample = emulator.stored(BATCH_RESOURCE, NAMESPACE, "batch-000") or {}
                     annotations = sample.get("metadata", {}).get("annotations", {})
             finally:
@@ -223,6 +232,7 @@ async def bench_operator(url: str) -> tuple[dict[str, Any], dict[str, Any], bool
         "steady_requests_per_batch_per_min": round(per_batch_per_min, 3),
         "admission_requests_by_kind": burst_breakdown,
         "steady_requests_by_kind": steady_breakdown,
+        "operator_peak_rss_mb": operator_peak_rss_mb,
         "batch_annotation_bytes": sum(len(k) + len(str(v)) for k, v in annotations.items()),
     }
     targets = {
