@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import pathlib
@@ -305,8 +306,7 @@ class Client:
             if status >= 400:
                 text = data[: ERROR_BODY_CHARS * 4].decode("utf-8", errors="replace")[:ERROR_BODY_CHARS]
                 raise KubeError(status=status, message=f"{method} {base}: {text}")
-            # orjson: a batch's status write answers with the whole object (80 KB for 1,000 documents).
-            return orjson.loads(data) if data and decode else None
+            return _decoded(data) if data and decode else None
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     async def get(self, path: str) -> dict[str, Any] | None:
@@ -396,3 +396,14 @@ def path(
     if sub is not None:
         parts.append(sub)
     return "/".join(parts)
+
+
+def _decoded(data: bytes) -> Any:
+    """An answer's JSON. orjson first: a batch's status write answers with the whole object (80 KB
+    for 1,000 documents). What orjson refuses and the standard library reads (an escaped lone
+    surrogate, NaN, 1e400) is read by the standard library, so that no text is refused here that a
+    server may send back as it was written."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
 import datetime
 import itertools
 import json
@@ -603,8 +604,12 @@ def _labels_match(requirements: list[LabelRequirement], obj: Mapping[str, Any]) 
 
 
 def _clone(value: Any) -> Any:
-    """A deep copy of JSON data (several times faster than copy.deepcopy for large objects)."""
-    return orjson.loads(orjson.dumps(value))
+    """A deep copy of JSON data (several times faster than copy.deepcopy for large objects); what
+    orjson cannot encode (a lone surrogate a client sent escaped) is copied by copy.deepcopy."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return copy.deepcopy(value)
 
 
 def _merge(target: Any, patch: Any) -> Any:

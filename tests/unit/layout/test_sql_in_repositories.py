@@ -49,6 +49,9 @@ def sql_calls(source: str) -> list[tuple[int, str]]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method = node.func.attr
+        receiver = node.func.value
+        if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+            continue  # a base class's method of that name (e.g. kopf's DiffBaseStorage.fetch), not a database's
         if method in RUNS_SQL or (method == PREPARES_SQL and node.args and _looks_like_sql(node.args[0])):
             found.append((node.lineno, ast.unparse(node)[:120]))
     return found
