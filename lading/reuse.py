@@ -5,7 +5,7 @@ A job whose tenant, document SHA-256, extraction schema, model, prompt version a
 policy match an accepted result (SUCCEEDED: the worker's, or a reviewer's approval or correction)
 takes that result without calling the model; two such jobs in flight at once make one model call
 (docs/reuse.md). The database holds the definition of the key and the single flight
-(`lading_reuse_key`, migration 0019; `lading_reuse_resolve`, migration 0029; repository
+(`lading_reuse_key`, migration 0019; `lading_reuse_resolve`, migrations 0029 and 0041; repository
 `lading.db.reuse`); the worker applies the decisions (`lading_worker.reusing`). This module says
 what the worker calls (`Producer`) and how a duplicate waits (`WaitPolicy`).
 """

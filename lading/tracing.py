@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -85,8 +86,27 @@ def _recording() -> bool:
     microseconds per attempt; skipping them is most of the cost of tracing when it is off."""
     if otel_trace is None:
         return False
+    if getattr(otel_trace, "_TRACER_PROVIDER", _ABSENT) is None and not _provider_in_environment():
+        # Nothing set in code nor named in the environment: the API would hand out its proxy. (Its
+        # get_tracer_provider() looks the variable up in os.environ on every call, about a tenth of
+        # a worker's CPU per attempt.)
+        return False
     unset = (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider)
     return not isinstance(otel_trace.get_tracer_provider(), unset)
+
+
+_ABSENT = object()
+_PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
+_provider_variable_set: bool | None = None
+
+
+def _provider_in_environment() -> bool:
+    """Whether $OTEL_PYTHON_TRACER_PROVIDER names a provider, read once per process (it is set
+    before the process starts: `opentelemetry-instrument` and the chart put it there)."""
+    global _provider_variable_set
+    if _provider_variable_set is None:
+        _provider_variable_set = _PROVIDER_VARIABLE in os.environ
+    return _provider_variable_set
 
 
 def now_ns() -> int:

@@ -1,5 +1,5 @@
 """
-Repository of result reuse (migrations 0019 and 0029, docs/reuse.md): which claimed jobs take an earlier
+Repository of result reuse (migrations 0019, 0029 and 0041, docs/reuse.md): which claimed jobs take an earlier
 accepted result, which wait for a duplicate in flight, which call the model; and the finish of the
 jobs that took a result; how many jobs of a batch took one. The queries are `job_resolve_reuse`,
 `job_finish_reused_many` and `job_count_reused_of_batch` in `sql/jobs.sql`.

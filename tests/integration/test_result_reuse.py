@@ -19,6 +19,7 @@ from lading import accepting, reviewing
 from lading.db import jobs, registry
 from lading.db import reuse as reuse_db
 from lading.ids import JobId, PoolName, TenantName, WorkerId
+from lading.jobs import transitions
 from lading.providers import base
 from lading.settings import AttemptSettings, ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 from lading_demo import builtin, generator
@@ -188,7 +189,8 @@ async def test_a_duplicate_waits_for_the_running_one_only_while_its_deadline_lea
     await _seed(db)
     accepted = await accepting.accept_batch(db, _request("copies", [CLEAN[0].text] * 3))
     claimed = await jobs.claim_batch(
-        db, pool=PoolName(factories.POOL), worker_id=WorkerId("w1"), limit=3, lease_ttl_s=30
+        db, pool=PoolName(factories.POOL), worker_id=WorkerId("w1"), limit=3, lease_ttl_s=30,
+        reuse_key_of=("m", "p", ""),
     )
     first, second, hurried = sorted(accepted.job_ids)
     await db.execute("UPDATE extraction_jobs SET deadline_at = clock_timestamp() + interval '10 s' WHERE id = $1",
@@ -202,3 +204,35 @@ async def test_a_duplicate_waits_for_the_running_one_only_while_its_deadline_lea
     assert decisions[hurried] == reuse_db.LEAD  # no time to wait: it calls the model itself
     marked = await db.fetch("SELECT id FROM extraction_jobs WHERE reuse_key IS NOT NULL ORDER BY id")
     assert [r["id"] for r in marked] == [first, hurried]  # nobody waits for a waiting job
+
+
+async def test_a_job_claimed_without_its_mark_is_marked_and_given_back_before_it_may_lead(
+        db: asyncpg.Connection
+) -> None:
+    """A worker of a release before migration 0029 claims without marking: its job may not lead on a
+    mark written in the same step as the decision (no lock orders the two any more), so it is marked
+    and given back, and decided when claimed again, its mark then committed."""
+    await _seed(db)
+    accepted = await accepting.accept_batch(db, _request("copies", [CLEAN[0].text] * 2))
+    first, second = sorted(accepted.job_ids)
+
+    async def claim_and_resolve() -> tuple[list[jobs.ClaimedJob], dict[JobId, reuse_db.Decision]]:
+        claimed = await jobs.claim_batch(
+            db, pool=PoolName(factories.POOL), worker_id=WorkerId("old"), limit=2, lease_ttl_s=30
+        )  # fmt: skip
+        return claimed, await reuse_db.resolve(
+            db, [(j.id, j.fence) for j in claimed], worker_id=WorkerId("old"), model="m", prompt_version="p",
+            judging="", wait_margin_s=60,
+        )  # fmt: skip
+
+    claimed, decisions = await claim_and_resolve()
+    assert {j: d.kind for j, d in decisions.items()} == {first: reuse_db.Kind.WAIT, second: reuse_db.Kind.WAIT}
+    assert decisions[first].other_job == first and decisions[second].other_job == second
+    keys = await db.fetch("SELECT reuse_key FROM extraction_jobs WHERE id = ANY($1::bigint[])", [first, second])
+    assert len({r["reuse_key"] for r in keys}) == 1 and keys[0]["reuse_key"] is not None
+    given_back = [transitions.deferred(j.id, j.fence, leader=j.id, retry_in_s=0.0) for j in claimed]
+    assert await jobs.finish_many(db, given_back, worker_id=WorkerId("old")) == {first, second}
+
+    _, decisions = await claim_and_resolve()  # the same worker: still no mark in its claim
+    assert decisions[first] == reuse_db.LEAD
+    assert (decisions[second].kind, decisions[second].other_job) == (reuse_db.Kind.WAIT, first)

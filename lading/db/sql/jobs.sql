@@ -299,7 +299,7 @@ SELECT id FROM released;
 -- name: job_resolve_reuse
 -- What each of the jobs $1 (fences $2) worker $3 just claimed does, for model $4, prompt version
 -- $5 and judging settings $6: take an earlier result, wait for a duplicate in flight (only with its
--- deadline more than $7 s away), or lead (call the model). lading_reuse_resolve (migration 0029).
+-- deadline more than $7 s away), or lead (call the model). lading_reuse_resolve (migrations 0029, 0041).
 SELECT job_id, decision, other_job, waits, result, validation, saved_cost, saved_currency
   FROM lading_reuse_resolve($1::bigint[], $2::bigint[], $3, $4, $5, $6, $7);
 
