@@ -224,20 +224,22 @@ async def _check_batch(
 ) -> Admissible:
     namespace = batch.metadata.namespace or "default"
     spec = batch.spec
-    tenant, rules, pool = await _check_rules(
-        conn,
+    pool_name = pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name)
+    context = await registry.admission_context(conn, namespaces=[namespace], pools=[pool_name], endpoints=[])
+    tenant, rules, pool = _rules(
+        context,
         namespace=namespace,
         subject=f"ExtractionBatch {namespace}/{batch.metadata.name}",
         field_prefix="spec.",
         priority=spec.priority,
-        pool_name=pool_key(spec.inference_pool_ref.namespace or namespace, spec.inference_pool_ref.name),
+        pool_name=pool_name,
     )
     idempotency_key = accepting.idempotency_key(
         namespace=namespace, name=batch.metadata.name, uid=batch.metadata.uid or ""
     )
     existing = await registry.batch_exists(conn, tenant=tenant, idempotency_key=idempotency_key)
     if not existing:
-        await _check_room(conn, rules, jobs=jobs, document_bytes=document_bytes)
+        _check_room(rules, context.queued[tenant], jobs=jobs, document_bytes=document_bytes)
     return Admissible(tenant=tenant, pool=pool, existing=existing)
 
 
@@ -254,24 +256,13 @@ async def check_document(
     """Every rule of the tenant's quota for one more document of `namespace` (the trusted
     context: the caller's authenticated namespace, never the request body), and that its
     DeliveryEndpoint (`namespace/name`) exists. Raises AdmissionRejected naming the field."""
-    with _counted_rejections():
-        tenant, rules, pool = await _check_rules(
-            conn,
-            namespace=namespace,
-            subject=f"document {key!r} in namespace {namespace}",
-            field_prefix="",
-            priority=priority,
-            pool_name=pool_name,
-        )
-        if endpoint is not None and not await registry.endpoint_exists(conn, name=endpoint):
-            message = f"DeliveryEndpoint {endpoint} does not exist"
-            raise AdmissionRejected(
-                reason=reasons.INVALID_SPEC,
-                message=f"document {key!r} in namespace {namespace}: deliveryEndpointRef: {message}",
-                fields=[FieldError("deliveryEndpointRef", message)],
-            )
-        await _check_room(conn, rules, jobs=1, document_bytes=document_bytes)
-    return Admissible(tenant=tenant, pool=pool, existing=False)
+    (verdict,) = await check_documents(conn, [DocumentCheck(
+        namespace=namespace, key=key, priority=priority, pool_name=pool_name, endpoint=endpoint,
+        document_bytes=document_bytes,
+    )])  # fmt: skip
+    if isinstance(verdict, AdmissionRejected):
+        raise verdict
+    return verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,52 +277,47 @@ class DocumentCheck:
     document_bytes: int
 
 
+def context_asked(documents: Sequence[DocumentCheck]) -> tuple[list[str], list[str], list[str]]:
+    """The namespaces, pools and endpoints the admission context of `documents` covers (each once):
+    what `registry.admission_context` (or a statement including it) is asked for."""
+    namespaces = sorted({d.namespace for d in documents})
+    pools = sorted({str(d.pool_name) for d in documents})
+    endpoints = sorted({d.endpoint for d in documents if d.endpoint is not None})
+    return namespaces, pools, endpoints
+
+
 async def check_documents(
         conn: asyncpg.Connection,
         documents: Sequence[DocumentCheck],
+        *,
+        context: registry.AdmissionContext | None = None,
 ) -> list[Admissible | AdmissionRejected]:
     """`check_document` for many documents at once, one verdict each, in order: the same rules and
-    messages, read once per distinct namespace, priority, pool and endpoint, and the tenant's room
-    read once, each document counted against its quota after the ones before it in the list that
-    were admitted (as if they had been checked and accepted one after another)."""
-    rules_of: dict[tuple[str, str, PoolName], tuple[TenantName, registry.TenantRules, registry.Pool]] = {}
-    endpoints: dict[str, bool] = {}
-    queued: dict[TenantName, tuple[int, int]] = {}
+    messages, over one admission context read for them all (`context`, when the caller read it in a
+    statement of its own: `context_asked` says what it must cover), each document counted against its
+    tenant's queue after the ones before it in the list that were admitted (as if they had been
+    checked and accepted one after another)."""
+    if context is None:
+        namespaces, pools, endpoints = context_asked(documents)
+        context = await registry.admission_context(conn, namespaces=namespaces, pools=pools, endpoints=endpoints)
+    queued = dict(context.queued)
     verdicts: list[Admissible | AdmissionRejected] = []
     for document in documents:
         subject = f"document {document.key!r} in namespace {document.namespace}"
         try:
             with _counted_rejections():
-                found = rules_of.get((document.namespace, document.priority, document.pool_name))
-                if found is None:  # a refusal is not kept: the next document's message names it
-                    found = await _check_rules(
-                        conn, namespace=document.namespace, subject=subject, field_prefix="",
-                        priority=document.priority, pool_name=document.pool_name,
+                tenant, rules, pool = _rules(
+                    context, namespace=document.namespace, subject=subject, field_prefix="",
+                    priority=document.priority, pool_name=document.pool_name,
+                )  # fmt: skip
+                if document.endpoint is not None and document.endpoint not in context.endpoints:
+                    message = f"DeliveryEndpoint {document.endpoint} does not exist"
+                    raise AdmissionRejected(
+                        reason=reasons.INVALID_SPEC, message=f"{subject}: deliveryEndpointRef: {message}",
+                        fields=[FieldError("deliveryEndpointRef", message)],
                     )  # fmt: skip
-                    rules_of[(document.namespace, document.priority, document.pool_name)] = found
-                tenant, rules, pool = found
-                if document.endpoint is not None:
-                    if document.endpoint not in endpoints:
-                        endpoints[document.endpoint] = await registry.endpoint_exists(conn, name=document.endpoint)
-                    if not endpoints[document.endpoint]:
-                        message = f"DeliveryEndpoint {document.endpoint} does not exist"
-                        raise AdmissionRejected(
-                            reason=reasons.INVALID_SPEC, message=f"{subject}: deliveryEndpointRef: {message}",
-                            fields=[FieldError("deliveryEndpointRef", message)],
-                        )  # fmt: skip
-                if tenant not in queued:
-                    limits = rules.max_queued_jobs, rules.max_queued_bytes
-                    queued[tenant] = (
-                        0 if limits[0] is None else await registry.tenant_queued_jobs(conn, tenant=tenant),
-                        0 if limits[1] is None else await registry.tenant_queued_bytes(conn, tenant=tenant),
-                    )
                 jobs_now, bytes_now = queued[tenant]
-                if rules.max_queued_jobs is not None:
-                    _require_room(tenant, queued=jobs_now, more=1, limit=rules.max_queued_jobs, unit="queued jobs",
-                                  field="maxQueuedJobs")
-                if rules.max_queued_bytes is not None:
-                    _require_room(tenant, queued=bytes_now, more=document.document_bytes,
-                                  limit=rules.max_queued_bytes, unit="bytes queued", field="maxQueuedBytes")
+                _check_room(rules, (jobs_now, bytes_now), jobs=1, document_bytes=document.document_bytes)
         except AdmissionRejected as exc:
             verdicts.append(exc)
             continue
@@ -340,8 +326,8 @@ async def check_documents(
     return verdicts
 
 
-async def _check_rules(
-        conn: asyncpg.Connection,
+def _rules(
+        context: registry.AdmissionContext,
         *,
         namespace: str,
         subject: str,
@@ -350,11 +336,12 @@ async def _check_rules(
         pool_name: PoolName,
 ) -> tuple[TenantName, registry.TenantRules, registry.Pool]:
     """The rules every admission shares: a tenant for the namespace, its allowed priorities and
-    pools, and the pool's existence. `subject` and `field_prefix` say what the messages name."""
-    tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
-    rules = None if tenant is None else await registry.tenant_rules(conn, tenant=tenant)
+    pools, and the pool's existence, decided on `context` (which covers `namespace` and
+    `pool_name`). `subject` and `field_prefix` say what the messages name."""
+    tenant = context.tenant(namespace)
+    rules = None if tenant is None else context.rules.get(tenant)
     if tenant is None or rules is None:
-        claimants = await registry.tenants_for_namespace(conn, namespace=namespace)
+        claimants = context.claimants.get(namespace, ())
         if len(claimants) > 1:  # a namespace listed by two quotas is admitted by neither
             raise AdmissionRejected(
                 reason=reasons.NO_TENANT_QUOTA,
@@ -385,7 +372,7 @@ async def _check_rules(
             message=f"{subject}: {field_prefix}inferencePoolRef: {message}",
             fields=[FieldError(f"{field_prefix}inferencePoolRef", message)],
         )
-    pool = await registry.get_pool(conn, name=pool_name)
+    pool = context.pools.get(pool_name)
     if pool is None:
         raise AdmissionRejected(
             reason=reasons.POOL_NOT_FOUND, message=f"InferencePool {pool_name} does not exist",
@@ -415,24 +402,23 @@ def _require_budget_currency(
     )
 
 
-async def _check_room(
-        conn: asyncpg.Connection,
+def _check_room(
         rules: registry.TenantRules,
+        queued: tuple[int, int],
         *,
         jobs: int | None,
         document_bytes: int | None,
 ) -> None:
-    """maxQueuedJobs and maxQueuedBytes against what the tenant has queued now. A size of None (a
-    manifest not read yet) is refused only when the queue is already full."""
+    """maxQueuedJobs and maxQueuedBytes against what the tenant has `queued` now (jobs, bytes). A size
+    of None (a manifest not read yet) is refused only when the queue is already full."""
     tenant = rules.tenant
+    queued_jobs, queued_bytes = queued
     if rules.max_queued_jobs is not None:
-        queued = await registry.tenant_queued_jobs(conn, tenant=tenant)
-        _require_room(tenant, queued=queued, more=jobs, limit=rules.max_queued_jobs, unit="queued jobs",
+        _require_room(tenant, queued=queued_jobs, more=jobs, limit=rules.max_queued_jobs, unit="queued jobs",
                       field="maxQueuedJobs")
     if rules.max_queued_bytes is not None:
-        queued = await registry.tenant_queued_bytes(conn, tenant=tenant)
-        _require_room(tenant, queued=queued, more=document_bytes, limit=rules.max_queued_bytes, unit="bytes queued",
-                      field="maxQueuedBytes")
+        _require_room(tenant, queued=queued_bytes, more=document_bytes, limit=rules.max_queued_bytes,
+                      unit="bytes queued", field="maxQueuedBytes")
 
 
 def _require_room(tenant: TenantName, *, queued: int, more: int | None, limit: int, unit: str, field: str) -> None:

@@ -5,15 +5,15 @@ Single documents: the acceptance path of a document sent alone (the HTTP API's
     submit_document(db, namespace=NS, document=..., idempotency_key=K, request_digest=D)
       1. the fields (`DocumentRequest`: an inline document's or a manifest line's rules)
                                                    -> applying.InvalidDocument, every field error
-      2. ONE transaction:
+      2. ONE transaction, five round trips for a lone document (BEGIN and COMMIT included):
          claim (NS, K) in document_submissions     taken: same D -> the same job, replayed
-                                                          other D -> IdempotencyMismatch
-                                                          still committing -> AcceptanceInProgress
-         the tenant's quota (applying.check_document)  -> applying.AdmissionRejected
+         (and the admission context, read in              other D -> IdempotencyMismatch
+         the same statement)                              still committing -> AcceptanceInProgress
+         the tenant's quota (applying.check_documents on that context) -> applying.AdmissionRejected
          the group's open rolling batch, locked    opened when none is open, it is full, it is
                                                    past its time or holds the document's key
-         the job and its document appended; the tenant's queue registered; claimers woken
-         at commit (NOTIFY); a new batch's `batch.accepted.v1` outbox event
+         the job and its document appended, the tenant's queue registered, claimers woken
+         at commit (NOTIFY), in one statement; a new batch's `batch.accepted.v1` outbox event
 
 A refusal rolls the whole transaction back: nothing is half-applied, and the key stays free.
 
@@ -49,7 +49,7 @@ import orjson
 import pydantic
 
 from lading import accepting, applying, errors, failpoints, grouping, storable
-from lading.db import api_requests, batches, fairness, jobs, locks, outbox, submissions
+from lading.db import api_requests, batches, outbox, submissions
 from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
@@ -326,54 +326,15 @@ async def _submit(
         request_digest: str,
         settings: RollingBatchSettings,
 ) -> Submission:
-    async with conn.transaction():
-        await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
-        (job_id,) = await jobs.allocate_ids(conn, count=1)
-        claimed = await submissions.insert(
-            conn, namespace=namespace, idempotency_key=idempotency_key, request_digest=request_digest, job_id=job_id
-        )
-        if not claimed:
-            return await _replayed(conn, namespace=namespace, idempotency_key=idempotency_key, digest=request_digest)
-        endpoint = None if request.delivery_endpoint_ref is None else f"{namespace}/{request.delivery_endpoint_ref}"
-        admissible = await applying.check_document(
-            conn, namespace=namespace, key=request.key, priority=request.priority,
-            pool_name=request.pool_name(namespace=namespace), endpoint=endpoint,
-            document_bytes=request.document_bytes,
-        )  # fmt: skip
-        pool = admissible.pool
-        model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
-        batch = _rolling_batch(namespace=namespace, tenant=admissible.tenant, pool=pool.name, endpoint=endpoint,
-                               request=request, model_policy=model_policy)  # fmt: skip
-        batch_id, name, opened, _ = await _open_batch_for(conn, batch, key=request.key, settings=settings)
-        await jobs.insert_submitted(conn, jobs.SubmittedJob(
-            id=job_id, tenant=admissible.tenant, batch_id=batch_id, document_key=request.key,
-            request_hash=hashing.job_request_hasher(
-                schema=SCHEMA, model_policy=model_policy, validation_policy=batch.validation_policy,
-            )(request.content_sha256),
-            content_sha256=request.content_sha256, pool=pool.name, schema=SCHEMA,
-            validation_policy=batch.validation_policy, priority=batch.priority,
-            max_attempts=accepting.BatchRequest.max_attempts, deadline_s=batch.deadline_s, text=request.text,
-            uri=request.uri, document_bytes=request.document_bytes,
-        ))  # fmt: skip
-        if opened:
-            await outbox.insert_batch_accepted(conn, batch_id=batch_id, payload={
-                "batch_id": batch_id, "tenant": admissible.tenant, "batch": {"namespace": namespace, "name": name},
-                "pool": pool.name, "jobs": 1, "rolling": True,
-            })  # fmt: skip
-        await fairness.register_queue(conn, pool=pool.name, tenant=admissible.tenant)
-        await jobs.notify_available(conn, pool=pool.name)
-        await failpoints.ahit("intake.before_commit")
-    return Submission(job_id=job_id, batch_namespace=namespace, batch_name=name, replayed=False)
-
-
-async def _replayed(conn: asyncpg.Connection, *, namespace: str, idempotency_key: str, digest: str) -> Submission:
-    stored = await submissions.get(conn, namespace=namespace, idempotency_key=idempotency_key)
-    assert stored is not None, "ON CONFLICT DO NOTHING returned nothing, so the row exists"
-    if stored.request_digest != digest:
-        raise IdempotencyMismatch(namespace=namespace, idempotency_key=idempotency_key)
-    return Submission(
-        job_id=stored.job_id, batch_namespace=stored.batch_namespace, batch_name=stored.batch_name, replayed=True
-    )
+    """One document, as a group of one (`_submit_group`): the same statements and answers."""
+    (outcome,) = await _submit_group(
+        conn, [_Pending(namespace, request, idempotency_key, request_digest)], settings=settings,
+        waits=GroupSettings(),
+    )  # fmt: skip
+    if isinstance(outcome, Exception):
+        raise outcome
+    assert isinstance(outcome, Submission), "only a POST has a record to replay"
+    return outcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -664,102 +625,106 @@ async def _submit_group(
         settings: RollingBatchSettings,
         waits: GroupSettings,
 ) -> list[Submission | Recorded | Exception]:
-    """Accept `group` (one document per idempotency key) in one transaction: the POSTs' records
-    claimed in one statement (those answered before are Recorded, and go no further), every
-    document's key claimed in one statement, repeats answered from their records, each document
-    checked against its tenant's rules (a refused one releases its keys), the admitted ones
-    appended to their rolling batches a batch at a time, the POSTs' answers recorded in one
-    statement. One outcome per document, in order.
+    """Accept `group` (one document per idempotency key) in one transaction: the POSTs' records and
+    every document's key claimed and the group's admission context read in one statement (POSTs
+    answered before are Recorded and go no further; repeats are answered from their records), each
+    document checked against its tenant's rules, the admitted ones appended to their rolling
+    batches a batch at a time, and in the statement of the last append, the tenants' queues
+    registered, their claimers woken, a refused document's keys released and the POSTs' answers
+    recorded. A lone document takes five round trips: BEGIN, the claim, its batch, the append,
+    COMMIT. One outcome per document, in order.
 
     Lock order, the same in every transaction: records' keys (sorted), documents' keys (sorted),
     rolling batches (by group); a record's claim is the only wait before the first lock of the
     next kind, so two groups sharing a key wait for one another at most once, never in a cycle."""
     outcomes: list[Submission | Recorded | Exception | None] = [None] * len(group)
+    checks = [_check_of(pending) for pending in group]
+    namespaces, pools, endpoints = applying.context_asked(checks)
     async with conn.transaction():
         posts = [i for i, p in enumerate(group) if p.answer is not None]
-        recorded: set[tuple[str, str]] = set()
-        if posts:  # the lock timeout is set in the claim's round trip
-            recorded = await api_requests.claim_many(
-                conn, [(group[i].namespace, group[i].idempotency_key, group[i].request_digest) for i in posts],
-                wait_s=waits.in_progress_wait_s, then_wait_s=settings.lock_timeout_s,
-            )  # fmt: skip
-            answered = [i for i in posts if group[i].identity not in recorded]
-            if answered:
-                stored = await api_requests.get_many(conn, [group[i].identity for i in answered])
-                for i in answered:
-                    found = stored.get(group[i].identity)
-                    assert found is not None, "the claim found the key taken, so its row exists"
-                    outcomes[i] = Recorded(found)
-        else:
-            await locks.set_local_lock_timeout(conn, seconds=settings.lock_timeout_s)
-        todo = [i for i in range(len(group)) if outcomes[i] is None]
-        claimed = await submissions.insert_many(
-            conn, [submissions.Claim(group[i].namespace, group[i].idempotency_key, group[i].request_digest)
-                   for i in todo]
+        claimed = await submissions.claim_group(
+            conn,
+            [submissions.GroupClaim(p.namespace, p.idempotency_key, p.request_digest, recorded=p.answer is not None)
+             for p in group],
+            namespaces=namespaces, pools=pools, endpoints=endpoints,
+            wait_s=waits.in_progress_wait_s if posts else settings.lock_timeout_s, then_wait_s=settings.lock_timeout_s,
         )  # fmt: skip
-        repeats = [i for i in todo if group[i].identity not in claimed]
+        answered = [i for i in posts if group[i].identity not in claimed.recorded]
+        if answered:
+            stored = await api_requests.get_many(conn, [group[i].identity for i in answered])
+            for i in answered:
+                found = stored.get(group[i].identity)
+                assert found is not None, "the claim found the key taken, so its row exists"
+                outcomes[i] = Recorded(found)
+        todo = [i for i in range(len(group)) if outcomes[i] is None]
+        repeats = [i for i in todo if group[i].identity not in claimed.job_ids]
         if repeats:
             taken = await submissions.get_many(conn, [group[i].identity for i in repeats])
             for i in repeats:
                 outcomes[i] = _repeat(group[i], taken.get(group[i].identity))
-        fresh = [i for i in todo if group[i].identity in claimed]
-        job_ids = {i: claimed[group[i].identity] for i in fresh}
-        endpoints = {i: _endpoint(group[i]) for i in fresh}
-        verdicts = await applying.check_documents(conn, [
-            applying.DocumentCheck(
-                namespace=group[i].namespace, key=group[i].request.key, priority=group[i].request.priority,
-                pool_name=group[i].request.pool_name(namespace=group[i].namespace), endpoint=endpoints[i],
-                document_bytes=group[i].request.document_bytes,
-            )
-            for i in fresh
-        ]) if fresh else []  # fmt: skip
-        refused: list[tuple[str, str]] = []
+        fresh = [i for i in todo if group[i].identity in claimed.job_ids]
+        job_ids = {i: claimed.job_ids[group[i].identity] for i in fresh}
+        verdicts = await applying.check_documents(conn, [checks[i] for i in fresh], context=claimed.context)
+        unclaimed: list[tuple[str, str]] = []
         by_batch: dict[str, tuple[_Group, list[tuple[int, applying.Admissible]]]] = {}
         for i, verdict in zip(fresh, verdicts, strict=True):
             if isinstance(verdict, applying.AdmissionRejected):
                 outcomes[i] = verdict
-                refused.append(group[i].identity)
+                unclaimed.append(group[i].identity)
                 continue
             pool = verdict.pool
+            endpoint = checks[i].endpoint
             key = _group_key(namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name,
-                             endpoint=endpoints[i], request=group[i].request)
+                             endpoint=endpoint, request=group[i].request)
             if key not in by_batch:
                 model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
                 by_batch[key] = (_rolling_batch(
-                    namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name, endpoint=endpoints[i],
+                    namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name, endpoint=endpoint,
                     request=group[i].request, model_policy=model_policy,
                 ), [])  # fmt: skip
             by_batch[key][1].append((i, verdict))
-        await submissions.delete_many(conn, refused)
         queues: set[tuple[PoolName, TenantName]] = set()
+        last: submissions.Appending | None = None
         for name in sorted(by_batch):  # one order of rolling groups: concurrent groups lock batches alike
+            if last is not None:
+                await submissions.append_jobs(conn, batch_id=last.batch_id, shared=last.shared,
+                                              documents=last.documents)
             shape, members = by_batch[name]
-            placed = await _append_to_rolling(conn, shape, [(group[i], job_ids[i]) for i, _ in members],
-                                              settings=settings)
+            placed, last = await _append_to_rolling(conn, shape, [(group[i], job_ids[i]) for i, _ in members],
+                                                    settings=settings)
             for (i, verdict), (namespace, batch_name) in zip(members, placed, strict=True):
                 outcomes[i] = Submission(job_id=job_ids[i], batch_namespace=namespace, batch_name=batch_name,
                                          replayed=False)
                 queues.add((verdict.pool.name, verdict.tenant))
-        for pool_name, tenant in sorted(queues):
-            await fairness.register_queue(conn, pool=pool_name, tenant=tenant)
-        for pool_name in sorted({pool_name for pool_name, _ in queues}):
-            await jobs.notify_available(conn, pool=pool_name)
-        if recorded:
-            await _record(conn, group, outcomes, recorded)
+        await submissions.append_and_finish(conn, last, _finish(group, outcomes, claimed.recorded, queues=queues,
+                                                                unclaimed=unclaimed))
         await failpoints.ahit("intake.before_commit")
     assert all(outcome is not None for outcome in outcomes), "every document has an outcome"
     return [outcome for outcome in outcomes if outcome is not None]
 
 
-async def _record(
-        conn: asyncpg.Connection,
+def _check_of(pending: _Pending) -> applying.DocumentCheck:
+    """What admission checks of `pending`'s document."""
+    return applying.DocumentCheck(
+        namespace=pending.namespace, key=pending.request.key, priority=pending.request.priority,
+        pool_name=pending.request.pool_name(namespace=pending.namespace), endpoint=_endpoint(pending),
+        document_bytes=pending.request.document_bytes,
+    )  # fmt: skip
+
+
+def _finish(
         group: Sequence[_Pending],
         outcomes: Sequence[Submission | Recorded | Exception | None],
         recorded: set[tuple[str, str]],
-) -> None:
-    """The answers of the POSTs whose records this transaction claimed: a submission's 202 written,
-    a refusal's key released (a refusal is not kept: the key can be retried once the cause is fixed)."""
-    answers: list[api_requests.Answer] = []
+        *,
+        queues: set[tuple[PoolName, TenantName]],
+        unclaimed: Sequence[tuple[str, str]],
+) -> submissions.Finish:
+    """What the group's last statement writes: the queues of the accepted documents, the keys of the
+    refused ones released, and the answers of the POSTs whose records this transaction claimed: a
+    submission's 202 written, a refusal's key released (a refusal is not kept: the key can be
+    retried once the cause is fixed)."""
+    answers: list[submissions.Answer] = []
     released: list[tuple[str, str]] = []
     for pending, outcome in zip(group, outcomes, strict=True):
         if pending.identity not in recorded:
@@ -767,11 +732,10 @@ async def _record(
         if isinstance(outcome, Submission):
             assert pending.answer is not None, "only a POST has a record"
             location, body = pending.answer(outcome)
-            answers.append(api_requests.Answer(pending.namespace, pending.idempotency_key, 202, location, body))
+            answers.append(submissions.Answer(pending.namespace, pending.idempotency_key, 202, location, body))
         else:
             released.append(pending.identity)
-    await api_requests.release_many(conn, released)
-    await api_requests.answer_many(conn, answers)
+    return submissions.Finish(queues=sorted(queues), unclaimed=unclaimed, released=released, answers=answers)
 
 
 def _endpoint(pending: _Pending) -> str | None:
@@ -793,12 +757,14 @@ async def _append_to_rolling(
         documents: Sequence[tuple[_Pending, JobId]],
         *,
         settings: RollingBatchSettings,
-) -> list[tuple[str, str]]:
+) -> tuple[list[tuple[str, str]], submissions.Appending]:
     """Append `documents` (one rolling group's) to open batches of the group, as many to one batch
-    as it takes (room, and keys it does not hold yet); (namespace, name) of each one's batch."""
+    as it takes (room, and keys it does not hold yet): (namespace, name) of each one's batch, and
+    the last append, not sent yet (the caller sends it with what its transaction writes last),
+    its batch locked."""
     placed: dict[int, tuple[str, str]] = {}
     remaining = list(range(len(documents)))
-    while remaining:
+    while True:
         first = documents[remaining[0]][0].request.key
         batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings)
         room = settings.max_documents - holds
@@ -821,8 +787,8 @@ async def _append_to_rolling(
         request_hash = hashing.job_request_hasher(
             schema=SCHEMA, model_policy=shape.model_policy, validation_policy=shape.validation_policy
         )
-        await submissions.append_jobs(
-            conn, batch_id=batch_id,
+        appending = submissions.Appending(
+            batch_id=batch_id,
             shared=submissions.AppendedJobs(
                 tenant=shape.row.tenant, pool=pool, schema=SCHEMA, validation_policy=shape.validation_policy,
                 priority=shape.priority, max_attempts=accepting.BatchRequest.max_attempts,
@@ -846,5 +812,8 @@ async def _append_to_rolling(
             })  # fmt: skip
         for i in now:
             placed[i] = (shape.row.namespace, name)
+        if not later:
+            return [placed[i] for i in range(len(documents))], appending
+        await submissions.append_jobs(conn, batch_id=batch_id, shared=appending.shared,
+                                      documents=appending.documents)
         remaining = later
-    return [placed[i] for i in range(len(documents))]

@@ -24,8 +24,9 @@ Repositories, by table (queries in sql/<file>)
                        observes, batches in progress               batches.sql
     outbox.py          outbox_events and the ingress inbox      outbox.sql
     deliveries.py      deliveries, delivery attempts, endpoint health         deliveries.sql
-    registry.py        tenants, pools, endpoints (what the operator mirrors); a tenant's quota
-                       use, a pool's load for the scaler and its status line  tenants.sql, pools.sql
+    registry.py        tenants, pools, endpoints (what the operator mirrors); what admission
+                       reads of them at once; a tenant's quota use, a pool's load for the scaler
+                       and its status line              tenants.sql, pools.sql, admission.sql
     fairness.py        tenant_queues and daily token budgets    tenant_queues.sql, tenants.sql
     queue.py           a batch's place in its pool's queue: its priority changed on its jobs,
                        its queue position and ETA (operator, `lading status`)  queue.sql
@@ -36,7 +37,8 @@ Repositories, by table (queries in sql/<file>)
     retention.py       the cleaner's deletes, one per table, next to the index each walks
                                                                 (in each table's file)
     catalog.py         the catalog: whether a table exists, every table's size  catalog.sql
-    submissions.py     document_submissions: single documents' idempotency   document_submissions.sql
+    submissions.py     document_submissions: single documents' idempotency, and the first and
+                       last statements of their acceptance      document_submissions.sql
     api_tokens.py      api_tokens: the HTTP intake's bearer tokens (digests)  api_tokens.sql
     api_requests.py    api_requests: the HTTP intake's idempotency record     api_requests.sql
 

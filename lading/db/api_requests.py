@@ -3,8 +3,10 @@ Repository of the HTTP intake's idempotency record (`api_requests`, migration 00
 (namespace, Idempotency-Key), the canonical request digest a POST was answered 202 for and that
 answer (status, Location, body), replayed to a retry.
 
-A request takes its key with `claim` (`claim_many`) inside a transaction it keeps open while it is
-processed and writes its answer with `answer` (`answer_many`) before committing; a concurrent
+A request takes its key with `claim` inside a transaction it keeps open while it is processed and
+writes its answer with `answer` before committing (a group of document POSTs: in the first and last
+statements of the transaction that accepts their documents, `submissions.claim_group` and
+`submissions.append_and_finish`); a concurrent
 request with the same key waits in `claim` for that transaction's outcome, at most the
 transaction's lock_timeout (then `asyncpg.LockNotAvailableError`: the key is in progress). A
 request that is refused, or whose process dies, rolls back or releases its claim and leaves no
@@ -21,7 +23,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 
 from lading.db import queries
 
@@ -66,27 +67,7 @@ async def answer(
     await conn.execute(queries.sql("api_request_answer"), namespace, key, status, location, body)
 
 
-# --- A group of document POSTs in the transaction that accepts their documents (`lading.intake`).
-
-
-async def claim_many(
-        conn: asyncpg.Connection,
-        keys: Sequence[tuple[str, str, str]],
-        *,
-        wait_s: float,
-        then_wait_s: float,
-) -> set[tuple[str, str]]:
-    """`claim` for (namespace, key, request digest) triples at once (sorted here: one lock order);
-    the (namespace, key) pairs taken for this transaction. A key answered before is left out (see
-    `get_many`); one another transaction holds is waited for up to `wait_s` (then
-    `asyncpg.LockNotAvailableError`). Afterwards the transaction's lock timeout is `then_wait_s`:
-    both set in the claim's own round trip."""
-    ordered = sorted(keys)
-    row = await conn.fetchrow(queries.sql("api_request_claim_many"), [k[0] for k in ordered],
-                              [k[1] for k in ordered], [k[2] for k in ordered], f"{int(wait_s * 1000)}ms",
-                              f"{int(then_wait_s * 1000)}ms")
-    assert row is not None, "an aggregate answers one row"
-    return set(zip(row["namespaces"], row["keys"], strict=True))
+# --- The stored answers of a group of document POSTs (`lading.intake`; its claims are `submissions.claim_group`).
 
 
 async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Answered]:
@@ -97,28 +78,3 @@ async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) ->
         )
         for row in rows
     }
-
-
-async def release_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> None:
-    """Drop keys this transaction claimed for requests that were refused (no record is kept)."""
-    if keys:
-        await conn.execute(queries.sql("api_request_release_many"), [k[0] for k in keys], [k[1] for k in keys])
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    namespace: str
-    key: str
-    status: int
-    location: str
-    body: dict[str, Any]
-
-
-async def answer_many(conn: asyncpg.Connection, answers: Sequence[Answer]) -> None:
-    """`answer` for keys this transaction claimed, at once."""
-    if answers:
-        await conn.execute(
-            queries.sql("api_request_answer_many"), [a.namespace for a in answers], [a.key for a in answers],
-            [a.status for a in answers], [a.location for a in answers],
-            [orjson.dumps(a.body).decode() for a in answers],
-        )  # fmt: skip

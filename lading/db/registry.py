@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -44,6 +44,69 @@ class TenantRules:
     """None: every priority class."""
     budget_currency: str | None = None
     """ISO 4217 code of the TenantQuota's spec.budget; None: no money budget."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionContext:
+    """What admission (`lading.applying`) reads about some namespaces, pools and endpoints, read in
+    one statement (`admission_context`, or inside another statement of the caller: `context_of`)."""
+
+    claimants: Mapping[str, tuple[TenantName, ...]]
+    """Per namespace asked about, every tenant whose quota lists it, by name: one is its tenant,
+    two or more a conflict (the namespace belongs to none), none no quota."""
+    rules: Mapping[TenantName, TenantRules]
+    """The rules of each namespace's only tenant."""
+    queued: Mapping[TenantName, tuple[int, int]]
+    """Jobs and document bytes each of those tenants has queued; 0 where no limit bounds them."""
+    pools: Mapping[PoolName, Pool]
+    """The pools asked about that exist."""
+    endpoints: frozenset[str]
+    """The DeliveryEndpoints ('namespace/name') asked about that exist."""
+
+    def tenant(self, namespace: str) -> TenantName | None:
+        """The one tenant whose quota covers `namespace`, as `tenant_for_namespace` says."""
+        claimants = self.claimants.get(namespace, ())
+        return claimants[0] if len(claimants) == 1 else None
+
+
+async def admission_context(
+        conn: asyncpg.Connection,
+        *,
+        namespaces: Sequence[str],
+        pools: Sequence[str],
+        endpoints: Sequence[str],
+) -> AdmissionContext:
+    """The admission context of `namespaces`, `pools` and `endpoints`, in one statement."""
+    value = await conn.fetchval(queries.sql("admission_context_get"), list(namespaces), list(pools), list(endpoints))
+    return context_of(value)
+
+
+def context_of(value: Mapping[str, Any]) -> AdmissionContext:
+    """The AdmissionContext in the jsonb object of SQL fragment `admission_context` (sql/admission.sql)."""
+    rules: dict[TenantName, TenantRules] = {}
+    queued: dict[TenantName, tuple[int, int]] = {}
+    for name, found in value["rules"].items():
+        tenant = TenantName(name)
+        pools, priorities = found["allowedPools"], found["allowedPriorities"]
+        rules[tenant] = TenantRules(
+            tenant=tenant,
+            max_queued_jobs=None if found["maxQueuedJobs"] is None else int(found["maxQueuedJobs"]),
+            max_queued_bytes=None if found["maxQueuedBytes"] is None else int(found["maxQueuedBytes"]),
+            allowed_pools=None if pools is None else tuple(PoolName(str(p)) for p in pools),
+            allowed_priorities=None if priorities is None else tuple(str(p) for p in priorities),
+            budget_currency=found["budgetCurrency"],
+        )
+        queued[tenant] = (int(found["queuedJobs"]), int(found["queuedBytes"]))
+    return AdmissionContext(
+        claimants={ns: tuple(TenantName(t) for t in names) for ns, names in value["tenants"].items()},
+        rules=rules,
+        queued=queued,
+        pools={
+            PoolName(name): Pool(PoolName(name), row["provider"], row["model"], row["spec"], row["paused"])
+            for name, row in value["pools"].items()
+        },
+        endpoints=frozenset(value["endpoints"]),
+    )
 
 
 async def upsert_tenant(

@@ -3,16 +3,24 @@ Repository of `document_submissions` (`sql/document_submissions.sql`): the idemp
 each single document (`lading.intake`). Its primary key (namespace, idempotency key) decides a
 race between concurrent submissions of one key; the row keeps the request digest a repeat is
 compared against and the job it became.
+
+A group's acceptance is written mostly here, in as few round trips as its shape allows: its first
+statement (`claim_group`: the POSTs' records, the documents' keys and the admission context the
+rules are decided on) and its last (`append_and_finish`: the last documents, the tenants' queues,
+the claimers woken, refused keys released, the POSTs' answers), so a lone document's transaction is
+BEGIN, `claim_group`, its rolling batch (`batches.pick_open_rolling`), `append_and_finish`, COMMIT.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
+import orjson
 
-from lading.db import queries
+from lading.db import queries, registry
 from lading.ids import BatchId, JobId, PoolName
 
 
@@ -26,50 +34,7 @@ class Stored:
     batch_name: str
 
 
-async def insert(
-        conn: asyncpg.Connection,
-        *,
-        namespace: str,
-        idempotency_key: str,
-        request_digest: str,
-        job_id: JobId,
-) -> bool:
-    """Claim the key for `job_id`; False when it is taken (then `get` says by what). A concurrent
-    insert of the same key waits until the first transaction ends."""
-    row = await conn.fetchrow(queries.sql("submission_insert"), namespace, idempotency_key, request_digest, job_id)
-    return row is not None
-
-
-async def get(conn: asyncpg.Connection, *, namespace: str, idempotency_key: str) -> Stored | None:
-    row = await conn.fetchrow(queries.sql("submission_get"), namespace, idempotency_key)
-    if row is None:
-        return None
-    return Stored(
-        request_digest=row["request_digest"], job_id=JobId(row["job_id"]),
-        batch_namespace=row["batch_namespace"], batch_name=row["batch_name"],
-    )  # fmt: skip
-
-
 # --- Many at once (`lading.intake.GroupSubmitter`: documents that arrived together, one transaction).
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    namespace: str
-    idempotency_key: str
-    request_digest: str
-
-
-async def insert_many(conn: asyncpg.Connection, claims: Sequence[Claim]) -> dict[tuple[str, str], JobId]:
-    """Claim every (namespace, idempotency key) of `claims` (sorted here: one lock order), each for a
-    new job id; the claimed ones with their job ids. A key taken is left out (then `get_many` says
-    by what); one being claimed by another transaction is waited for."""
-    ordered = sorted(claims, key=lambda c: (c.namespace, c.idempotency_key))
-    rows = await conn.fetch(
-        queries.sql("submission_insert_many"),
-        [c.namespace for c in ordered], [c.idempotency_key for c in ordered], [c.request_digest for c in ordered],
-    )  # fmt: skip
-    return {(row["namespace"], row["idempotency_key"]): JobId(row["job_id"]) for row in rows}
 
 
 async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Stored]:
@@ -82,12 +47,6 @@ async def get_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) ->
         )
         for row in rows
     }  # fmt: skip
-
-
-async def delete_many(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> None:
-    """Release keys the caller's transaction claimed for documents it then refused."""
-    if keys:
-        await conn.execute(queries.sql("submission_delete_many"), [k[0] for k in keys], [k[1] for k in keys])
 
 
 async def keys_taken(conn: asyncpg.Connection, *, batch_id: BatchId, document_keys: Sequence[str]) -> set[str]:
@@ -138,4 +97,124 @@ async def append_jobs(
         [d.content_sha256 for d in documents], [d.text for d in documents], [d.uri for d in documents],
         [d.document_bytes for d in documents], shared.tenant, shared.pool, shared.schema, shared.validation_policy,
         shared.priority, shared.max_attempts, float(shared.deadline_s),
+    )  # fmt: skip
+
+
+# --- A group's whole acceptance in few round trips (`lading.intake`): its first and last statements.
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupClaim:
+    """One document of `claim_group`: its (namespace, idempotency key) and request digest."""
+
+    namespace: str
+    idempotency_key: str
+    request_digest: str
+    recorded: bool
+    """An HTTP POST: its Idempotency-Key record (`api_requests`) is claimed first, and the
+    document's key only when that record is this transaction's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupClaimed:
+    """What `claim_group` took, and the admission context it read."""
+
+    recorded: set[tuple[str, str]]
+    """The POSTs' records that are this transaction's now (the others were answered before)."""
+    job_ids: dict[tuple[str, str], JobId]
+    """The document keys claimed, each with its new job id (the others are taken: repeats)."""
+    context: registry.AdmissionContext
+
+
+async def claim_group(
+        conn: asyncpg.Connection,
+        claims: Sequence[GroupClaim],
+        *,
+        namespaces: Sequence[str],
+        pools: Sequence[str],
+        endpoints: Sequence[str],
+        wait_s: float,
+        then_wait_s: float,
+) -> GroupClaimed:
+    """In one statement: the POSTs' records of `claims` (`api_requests.claim_many`), then the
+    documents' keys (`insert_many`), sorted here by (namespace, key): one lock order; then the
+    admission context of `namespaces`, `pools` and `endpoints` (`registry.admission_context`). A
+    key another transaction holds is waited for up to `wait_s` while records are claimed, then
+    up to `then_wait_s`, which stays the transaction's lock timeout (then
+    `asyncpg.LockNotAvailableError`)."""
+    ordered = sorted(claims, key=lambda c: (c.namespace, c.idempotency_key))
+    row = await conn.fetchrow(
+        queries.sql("submission_claim_group"),
+        [c.namespace for c in ordered], [c.idempotency_key for c in ordered], [c.request_digest for c in ordered],
+        [c.recorded for c in ordered], f"{int(wait_s * 1000)}ms", f"{int(then_wait_s * 1000)}ms",
+        list(namespaces), list(pools), list(endpoints),
+    )  # fmt: skip
+    assert row is not None, "the statement answers one row"
+    return GroupClaimed(
+        recorded=set(zip(row["recorded_namespaces"], row["recorded_keys"], strict=True)),
+        job_ids={
+            (namespace, key): JobId(job_id)
+            for namespace, key, job_id in zip(
+                row["claimed_namespaces"], row["claimed_keys"], row["claimed_job_ids"], strict=True
+            )
+        },
+        context=registry.context_of(row["context"]),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Appending:
+    """One `append_jobs` call: documents for rolling batch `batch_id`, which the caller holds locked."""
+
+    batch_id: BatchId
+    shared: AppendedJobs
+    documents: Sequence[AppendedDocument]
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """The 202 recorded for a POST's Idempotency-Key (`api_requests.answer_many`'s)."""
+
+    namespace: str
+    key: str
+    status: int
+    location: str
+    body: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    """What a group's transaction writes last, besides its last documents."""
+
+    queues: Sequence[tuple[PoolName, str]] = ()
+    """(pool, tenant) queues to register for fair claiming (`fairness.register_queue`); their
+    pools' idle claimers are woken at commit."""
+    unclaimed: Sequence[tuple[str, str]] = ()
+    """Document keys this transaction claimed for documents it refused: released."""
+    released: Sequence[tuple[str, str]] = ()
+    """POST records this transaction claimed for documents it did not accept: dropped."""
+    answers: Sequence[Answer] = ()
+    """POST records this transaction claimed for documents it accepted: their answers."""
+
+
+async def append_and_finish(conn: asyncpg.Connection, appending: Appending | None, finish: Finish) -> None:
+    """`append_jobs(appending)` (when given) and `finish`, in one statement: the last round trip of a
+    group's transaction before its commit."""
+    documents = appending.documents if appending is not None else ()
+    shared = appending.shared if appending is not None else None
+    queues = sorted(set(finish.queues))
+    await conn.execute(
+        queries.sql("submission_jobs_append_finish"), None if appending is None else appending.batch_id,
+        [d.job_id for d in documents], [d.document_key for d in documents], [d.request_hash for d in documents],
+        [d.content_sha256 for d in documents], [d.text for d in documents], [d.uri for d in documents],
+        [d.document_bytes for d in documents], None if shared is None else shared.tenant,
+        None if shared is None else shared.pool, None if shared is None else shared.schema,
+        None if shared is None else shared.validation_policy, None if shared is None else shared.priority,
+        None if shared is None else shared.max_attempts, None if shared is None else float(shared.deadline_s),
+        [pool for pool, _ in queues], [tenant for _, tenant in queues],
+        [k[0] for k in finish.unclaimed], [k[1] for k in finish.unclaimed],
+        [k[0] for k in finish.released], [k[1] for k in finish.released],
+        [a.namespace for a in finish.answers], [a.key for a in finish.answers], [a.status for a in finish.answers],
+        [a.location for a in finish.answers], [orjson.dumps(a.body).decode() for a in finish.answers],
+        sorted({pool for pool, _ in queues}),
     )  # fmt: skip

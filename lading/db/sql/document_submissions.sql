@@ -1,21 +1,5 @@
 -- Single documents' idempotency records (lading/intake.py, migration 0021).
 
--- name: submission_insert
--- Claim (namespace $1, idempotency key $2) for request digest $3 and job $4. Returns nothing
--- when the key is taken; a concurrent insert of the same key waits for the first to end.
-INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (namespace, idempotency_key) DO NOTHING
-RETURNING job_id;
-
--- name: submission_get
--- The submission holding (namespace $1, idempotency key $2), with its job's batch.
-SELECT s.request_digest, s.job_id, b.namespace AS batch_namespace, b.name AS batch_name
-  FROM document_submissions s
-  JOIN extraction_jobs j ON j.id = s.job_id
-  JOIN batches b ON b.id = j.batch_id
- WHERE s.namespace = $1 AND s.idempotency_key = $2;
-
 -- name: submission_delete_expired
 -- Retention (lading_worker.cleaning): at most $2 idempotency records of single documents created
 -- more than $1 seconds ago, oldest first through document_submissions_created, SKIP LOCKED (a key
@@ -36,18 +20,6 @@ SELECT count(*)::bigint FROM gone;
 -- name: submission_oldest_age
 SELECT extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM document_submissions;
 
--- name: submission_insert_many
--- Claim many (namespace $1[i], idempotency key $2[i]) for request digest $3[i] at once, each for a
--- new job id, in the order given (callers sort by namespace and key: one lock order). Returns the
--- claimed ones with their job ids; a key taken already is left out, and one being claimed by
--- another transaction is waited for, as `submission_insert` does.
-INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
-SELECT k.namespace, k.idempotency_key, k.request_digest, nextval('extraction_jobs_id_seq')
-  FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(namespace, idempotency_key, request_digest, n)
- ORDER BY k.n
-ON CONFLICT (namespace, idempotency_key) DO NOTHING
-RETURNING namespace, idempotency_key, job_id;
-
 -- name: submission_get_many
 -- The submissions holding (namespace $1[i], idempotency key $2[i]), with their jobs' batches.
 SELECT s.namespace, s.idempotency_key, s.request_digest, s.job_id, b.namespace AS batch_namespace,
@@ -56,12 +28,6 @@ SELECT s.namespace, s.idempotency_key, s.request_digest, s.job_id, b.namespace A
   JOIN document_submissions s ON s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key
   JOIN extraction_jobs j ON j.id = s.job_id
   JOIN batches b ON b.id = j.batch_id;
-
--- name: submission_delete_many
--- Release keys claimed earlier in the caller's transaction whose documents were refused.
-DELETE FROM document_submissions s
- USING unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
- WHERE s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key;
 
 -- name: submission_keys_taken
 -- Which of document keys $2 rolling batch $1 holds already (keys are unique per batch).
@@ -91,3 +57,104 @@ WITH given AS (
 INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
 SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
   FROM given g JOIN job ON job.id = g.id;
+
+-- name: submission_claim_group
+-- The first statement of a group's acceptance (lading/intake.py), in one round trip: claim each
+-- document's keys, then read the group's admission context.
+--   documents: namespace $1[i], idempotency key $2[i], request digest $3[i]; $4[i] true for an HTTP
+--   POST, whose record (api_requests) is claimed first; in the order given (callers sort by
+--   namespace and key: one lock order)
+--   1. the POSTs' records, with the transaction's lock_timeout set to $5 (how long a key another
+--      transaction holds is waited for: then the statement fails); a record answered before is
+--      left alone
+--   2. lock_timeout set to $6 for the rest of the transaction, once every record is claimed
+--   3. the documents' keys, each for a new job id: a POST's only when its record is ours now; a
+--      key taken already is left out, one being claimed by another transaction is waited for
+--   4. the admission context (sql/admission.sql) of namespaces $7, pools $8, endpoints $9
+-- The InitPlans order the steps: `wait` is read before the first record is inserted, `recorded`
+-- (every record's claim) before the first key is. Returns one row: the records and keys claimed
+-- (as arrays) and the context.
+WITH wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', $5, true) AS lock_timeout
+), given AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[]) WITH ORDINALITY
+                  AS g(namespace, idempotency_key, request_digest, recorded, n)
+), records AS (
+    INSERT INTO api_requests (namespace, idempotency_key, request_sha256, status, location, body)
+    SELECT g.namespace, g.idempotency_key, g.request_digest, 202, '', '{}'::jsonb
+      FROM given g
+     WHERE g.recorded AND (SELECT lock_timeout FROM wait) IS NOT NULL
+     ORDER BY g.n
+    ON CONFLICT (namespace, idempotency_key) DO NOTHING
+    RETURNING namespace, idempotency_key
+), recorded AS MATERIALIZED (
+    SELECT set_config('lock_timeout', $6, true) AS lock_timeout,
+           coalesce(array_agg(r.namespace), '{}') AS namespaces, coalesce(array_agg(r.idempotency_key), '{}') AS keys
+      FROM records r
+), claimed AS (
+    INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
+    SELECT g.namespace, g.idempotency_key, g.request_digest, nextval('extraction_jobs_id_seq')
+      FROM given g
+     WHERE (SELECT lock_timeout FROM recorded) IS NOT NULL
+       AND (NOT g.recorded OR (g.namespace, g.idempotency_key) IN (
+                SELECT * FROM unnest((SELECT namespaces FROM recorded), (SELECT keys FROM recorded))))
+     ORDER BY g.n
+    ON CONFLICT (namespace, idempotency_key) DO NOTHING
+    RETURNING namespace, idempotency_key, job_id
+), asked AS (
+    SELECT $7::text[] AS namespaces, $8::text[] AS pools, $9::text[] AS endpoints
+)
+SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
+       coalesce(c.namespaces, '{}') AS claimed_namespaces, coalesce(c.keys, '{}') AS claimed_keys,
+       coalesce(c.job_ids, '{}') AS claimed_job_ids,
+       {{admission_context}} AS context
+  FROM recorded r
+ CROSS JOIN (SELECT array_agg(namespace) AS namespaces, array_agg(idempotency_key) AS keys, array_agg(job_id) AS job_ids
+               FROM claimed) AS c;
+
+-- name: submission_jobs_append_finish
+-- The last statement of a group's acceptance (lading/intake.py), in one round trip:
+--   submission_jobs_append's documents ($1 to $15; $1 NULL and empty arrays: none)
+--   the tenants' queues registered for fair claiming: pool $16[i], tenant $17[i] (a no-op when
+--   registered)
+--   keys released that the transaction claimed for refused documents: ($18[i], $19[i]) of
+--   document_submissions, ($20[i], $21[i]) of api_requests (a refused POST keeps no record)
+--   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON)
+--   the idle claimers of pools $27 woken at commit (NOTIFY lading_jobs, as job_notify_available)
+WITH given AS (
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
+           WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
+), counted AS (
+    UPDATE batches SET total_jobs = total_jobs + cardinality($2::bigint[]) WHERE id = $1
+    RETURNING total_jobs - cardinality($2::bigint[]) AS base, clock_timestamp() AS now
+), job AS (
+    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
+                                 schema, validation_policy, priority, max_attempts, deadline_at)
+    SELECT g.id, $9, $1, c.base + g.n::integer - 1, g.document_key, g.request_hash, g.content_sha256, $10, $11,
+           $12, $13, $14, c.now + make_interval(secs => $15)
+      FROM given g CROSS JOIN counted c
+     ORDER BY g.n
+    RETURNING id
+), document AS (
+    INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
+    SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
+      FROM given g JOIN job ON job.id = g.id
+), queue AS (
+    INSERT INTO tenant_queues (pool, tenant)
+    SELECT * FROM unnest($16::text[], $17::text[])
+    ON CONFLICT DO NOTHING
+), unclaimed AS (
+    DELETE FROM document_submissions s
+     USING unnest($18::text[], $19::text[]) AS k(namespace, idempotency_key)
+     WHERE s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key
+), released AS (
+    DELETE FROM api_requests r
+     USING unnest($20::text[], $21::text[]) AS k(namespace, idempotency_key)
+     WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
+), answered AS (
+    UPDATE api_requests r SET status = k.status, location = k.location, body = k.body::jsonb
+      FROM unnest($22::text[], $23::text[], $24::integer[], $25::text[], $26::text[])
+           AS k(namespace, idempotency_key, status, location, body)
+     WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
+)
+SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($27::text[]) AS pool;

@@ -1,5 +1,6 @@
 -- tenant_queues: fair claiming's per-(pool, tenant) state (migration 0010, docs/fairness.md).
--- Acceptance registers a queue, the claim (job_claim_batch) charges it; the rest is for status.
+-- Acceptance registers a queue (a single document's: submission_jobs_append_finish, in its last
+-- statement), the claim (job_claim_batch) charges it; the rest is for status.
 
 -- name: tenant_queues_of_pool
 -- The fair-share state of a pool's tenants (at most $2, by name): weight, virtual time, jobs
