@@ -29,10 +29,14 @@ from lading import logs, looping, metrics, tracing
 from lading.db import jobs
 from lading.db import reuse as reuse_db
 from lading.ids import JobId, PoolName, WorkerId
+from lading.jobs import states
 from lading.settings import ClaimerSettings, LeaseSettings
 from lading_worker import committing, executing, inflight, reusing
 
 logger = logging.getLogger(__name__)
+
+_ENDED_WELL = frozenset({states.JobState.SUCCEEDED, states.JobState.REVIEW_REQUIRED})
+"""Attempts whose line is at debug level: a result stored, its job done or in review."""
 
 NOTIFY_CHANNEL = "lading_jobs"
 """Channel the acceptance trigger notifies with the pool name."""
@@ -149,11 +153,15 @@ class Claimer:
                 )
             if finish.pause_pool_s is not None:
                 self._paused_until_mono = max(self._paused_until_mono, inflight.InFlight.now() + finish.pause_pool_s)
-            # One line per attempt, ids bound by the caller; classes only, never text or output.
-            logger.info(
-                "Attempt finished: %s -> %s%s", finish.outcome, finish.to.value,
-                f" ({finish.error_class})" if finish.error_class else "",
-            )
+            # One line per attempt, ids bound by the caller; classes only, never text or output. At
+            # debug level when it ended well (the committer logs a count per commit group at info):
+            # a formatted line costs 15-25 us, a tenth of a no-op attempt's worker CPU.
+            level = logging.DEBUG if finish.to in _ENDED_WELL else logging.INFO
+            if logger.isEnabledFor(level):
+                logger.log(
+                    level, "Attempt finished: %s -> %s%s", finish.outcome, finish.to.value,
+                    f" ({finish.error_class})" if finish.error_class else "",
+                )
             await self._committer.submit(finish)
         except asyncio.CancelledError:
             logger.info("Attempt %s/%s cancelled; nothing committed", attempt.job.id, attempt.job.fence)

@@ -28,9 +28,10 @@ the refused field (`transitions.unstorable`). Should even that be refused, its s
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import asyncpg
 import prometheus_client
@@ -57,6 +58,8 @@ class CommitResult:
     """Attempts the database refused to store, committed as FAILED_TERMINAL (UNSTORABLE) instead."""
     lost: int = 0
     """Attempts whose UNSTORABLE replacement was refused too: not committed, left to lease expiry."""
+    states: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """How many of the applied attempts left their job in each state."""
 
 
 Entry = tuple[transitions.Finish, asyncio.Future[bool]]
@@ -125,9 +128,11 @@ class Committer:
                             )
                 await self._pause(conn, [f for f in committed.values() if f is not None])
         finally:
-            applied, stale = self._resolve(batch, committed, lost=lost)
+            states, stale = self._resolve(batch, committed, lost=lost)
         metrics.COMMIT_BATCH.observe(len(batch))
-        return CommitResult(applied=applied, stale=stale, unstorable=unstorable, lost=len(lost))
+        return CommitResult(
+            applied=sum(states.values()), stale=stale, unstorable=unstorable, lost=len(lost), states=states
+        )
 
     async def _finish(
             self,
@@ -173,16 +178,18 @@ class Committer:
             committed: dict[asyncio.Future[bool], transitions.Finish | None],
             *,
             lost: set[asyncio.Future[bool]],
-    ) -> tuple[int, int]:
+    ) -> tuple[collections.Counter[str], int]:
         """Answer every attempt of `batch` with a verdict and drop it from the queue; those
-        without one (the statement failed before their group ran) stay queued. (applied, stale)."""
-        applied = stale = 0
+        without one (the statement failed before their group ran) stay queued. (the applied
+        attempts by the state they left their job in, stale)."""
+        states: collections.Counter[str] = collections.Counter()
+        stale = 0
         for _, future in batch:
             if future not in committed:
                 continue
             finish = committed[future]
             if finish is not None:
-                applied += 1
+                states[finish.to.value] += 1
                 self._finished_metric(finish.outcome, finish.to.value).inc()
                 if finish.reused_from is not None:
                     self._reused_metric.inc()
@@ -195,7 +202,7 @@ class Committer:
             del self._pending[: len(batch)]  # the usual case: submit() only appends
         else:
             self._pending = [entry for entry in self._pending if entry[1] not in committed]
-        return applied, stale
+        return states, stale
 
     def _finished_metric(self, outcome: str, state: str) -> prometheus_client.Counter:
         key = (outcome, state)
@@ -219,5 +226,14 @@ class Committer:
                 logger.warning("Commit of %d attempts failed, retrying: %s", len(self._pending), exc)
                 await asyncio.sleep(RETRY_DELAY_S)
                 continue
+            if result.applied and logger.isEnabledFor(logging.INFO):
+                # One line per commit group rather than per attempt (each attempt's own line is at
+                # debug level, or info when it did not end well: claiming.Claimer._attempt_bound).
+                logger.info("Committed %d attempts: %s", result.applied, _counts(result.states))
             if result.stale:
                 logger.info("Discarded %d stale completions (lease lost or fence superseded)", result.stale)
+
+
+def _counts(states: Mapping[str, int]) -> str:
+    """`198 SUCCEEDED, 2 RETRY_SCHEDULED`: the most frequent first."""
+    return ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=lambda item: (-item[1], item[0])))
