@@ -14,8 +14,11 @@ flight each, against hack/stub_model.py enforcing the same limits as the pool.
                   N the requests the stub answered (a job answered invalid is asked twice);
                   timed from the workers' start (their connection pools open), so start-up counts;
                   also where the slots went (`_slots`): slots in use while attempts waited, the
-                  time from each release to the grant that refilled its slot, and the CPU of the
-                  workers, the stub and the workers' PostgreSQL backends
+                  time from each release to the grant that refilled its slot, where a permit's
+                  hold beyond the call went (grant to the request's arrival at the stub, the
+                  stub's answer to the release), the CPU of the workers, the stub and the
+                  workers' PostgreSQL backends, and the calls and time of each limiter function
+                  in the database (track_functions)
 
 The stub counts tokens like a hosted API (`--accounting reserved`: prompt + max_tokens when a
 request arrives, for the whole window, whatever the answer used). In the drain phases it
@@ -169,6 +172,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
     async with stub("--latency-ms", str(latency_ms), "--concurrency", str(concurrency), "--accounting", "reserved",
                     "--rpm", str(rpm), "--tpm", str(tpm), "--latency-from-arrival") as stub_url:
         await _prepare(conn, url=stub_url, rpm=rpm, tpm=tpm, concurrency=concurrency, jobs=jobs)
+        await _track_functions(conn)
         stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]), time.process_time()
         async with workers(url):
             started, started_wall = time.perf_counter(), time.time()
@@ -188,6 +192,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             )
             db_cpu = sum(cpu_s(b["pid"]) for b in backends)
         stats = stub_stats(stub_url)
+        functions = await _function_times(conn)
         first = await conn.fetchrow(
             "SELECT extract(epoch FROM (SELECT min(started_at) FROM job_attempts))::float8 AS claim, "
             "       extract(epoch FROM (SELECT min(acquired_at) FROM limiter_permits))::float8 AS grant"
@@ -196,6 +201,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
         holds = await conn.fetchrow(
             "SELECT avg(extract(epoch FROM released_at - acquired_at))::float8 AS hold,"
             "       sum(extract(epoch FROM released_at - acquired_at))::float8 AS held,"
+            "       avg(extract(epoch FROM acquired_at))::float8 AS granted_at,"
+            "       avg(extract(epoch FROM released_at))::float8 AS released_at,"
             "       extract(epoch FROM max(released_at) - min(acquired_at))::float8 AS span FROM limiter_permits"
         )
     requests = len(stats["admitted"])
@@ -207,11 +214,45 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "ratio": round(drained_s / expected_s, 4), "ratio_per_job": round(drained_s / (jobs / capacity), 4),
             "first_claim_s": round(first["claim"] - started_wall, 3),
             "first_grant_s": round(first["grant"] - started_wall, 3),
-            "permit_held_ms": round(holds["hold"] * 1000, 1), "mean_in_flight": round(holds["held"] / holds["span"], 2),
+            "permit_held_ms": round(holds["hold"] * 1000, 1),
+            **_hold_parts(holds, stats["admitted"], latency_ms=latency_ms),
+            "mean_in_flight": round(holds["held"] / holds["span"], 2),
             **slots,
             "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2),
                       "postgres_backends": round(db_cpu, 2)},
+            "limiter_functions": functions,
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
+
+
+def _hold_parts(holds: asyncpg.Record, admitted: list[tuple[float, int]], *, latency_ms: float) -> dict[str, float]:
+    """Where a permit's hold beyond the call went, on average over the run (every permit is one
+    request the stub admitted): from the grant to the request's arrival at the stub (the permit's
+    way to the attempt, the worker's note of its reservation, the HTTP request), and from the
+    stub's answer (arrival + latency) to the release (the answer's way back, its parsing, the
+    release's wait for a connection and the pool's lock)."""
+    arrival = sum(t for t, _ in admitted) / max(1, len(admitted))
+    return {"grant_to_arrival_ms": round((arrival - holds["granted_at"]) * 1000, 1),
+            "answer_to_release_ms": round((holds["released_at"] - arrival) * 1000 - latency_ms, 1)}
+
+
+async def _track_functions(conn: asyncpg.Connection) -> None:
+    """Count the database functions' calls and time from here on (the workers' connections, opened
+    next, take the setting; their statistics are flushed when they close)."""
+    database = await conn.fetchval("SELECT current_database()")
+    await conn.execute(f'ALTER DATABASE "{database}" SET track_functions = \'all\'')
+    await conn.execute("SELECT pg_stat_reset()")
+
+
+async def _function_times(conn: asyncpg.Connection) -> dict[str, Any]:
+    """The limiter's functions: calls, and ms spent in each (total: nested calls included; self:
+    not), as PostgreSQL counted them (wall time inside the backend, lock waits included)."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    rows = await conn.fetch(
+        "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
+        " WHERE funcname LIKE 'lading_limiter%' ORDER BY total_time DESC"
+    )
+    return {r["funcname"].removeprefix("lading_limiter_"): {
+        "calls": r["calls"], "total_ms": round(r["total_time"]), "self_ms": round(r["self_time"])} for r in rows}
 
 
 SLOTS_SQL = """

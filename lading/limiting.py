@@ -162,6 +162,10 @@ class LimiterSettings:
     attempts; the next one grants it to the attempt of another replica that has waited longest (or,
     with none recorded, frees it for every replica: NOTIFY, and all ask for it). 0: never hand over
     to an attempt of this process."""
+    relisten_s: float = 5.0
+    """After a failed try to LISTEN, try again after this long. A LISTEN connection that is lost is
+    replaced at the asker's next round; until then the asker polls, and no other replica's release
+    can grant a slot to an attempt of this one."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""
@@ -307,7 +311,8 @@ class PoolLimiter:
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listener_pid: int | None = None  # its backend pid: how other replicas address a grant to this one
         self._held: set[int] = set()  # permits handed to attempts here and not released yet
-        self._listening = False
+        self._connecting = False  # a try to LISTEN is in flight
+        self._listen_again_at = 0.0  # monotonic time before which no new try is made (after a failure)
         self._settling: set[asyncio.Task[None]] = set()
         self._estimators: dict[str, PromptEstimator] = {}
         self._recorded: dict[str, tuple[float, int]] = {}  # schema -> (factor, learned) last written
@@ -330,27 +335,74 @@ class PoolLimiter:
             waiter.granted.cancel()
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             await self._record_estimates()
+        self._listen_again_at = math.inf  # closed: never LISTEN again
         if self._listener is not None:
             listener, self._listener = self._listener, None
             pid, self._listener_pid = self._listener_pid, None
+            listener.remove_termination_listener(self._listener_terminated)
             try:
-                if pid is not None:  # no release may grant a slot to an attempt of this replica any more
-                    with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    if pid is not None:  # no release may grant a slot to an attempt of this replica any more
                         await limiter.forget_waiters(listener, pool=self.pool, listener=pid)
-                await listener.remove_listener(RELEASED_CHANNEL, self._heard)
+                    await listener.remove_listener(RELEASED_CHANNEL, self._heard)
             finally:
                 await self.db.release(listener)
 
     async def _listen(self) -> None:
-        if self._listening:
+        """LISTEN for releases, and for grants addressed to this replica, on a connection of its own;
+        again when that connection was lost (`relisten_s` after a failed try). Without it the asker
+        polls, and other replicas' releases pass this replica's attempts over."""
+        if self._listener is not None:
+            if self._listener_alive():
+                return
+            self._lose_listener()  # noticed here before its termination callback ran
+        if self._connecting or time.monotonic() < self._listen_again_at:
             return
-        self._listening = True  # one try: polling still works without it
+        self._connecting = True
+        listener: asyncpg.pool.PoolConnectionProxy | None = None
         try:
-            self._listener = await self.db.acquire()
-            await self._listener.add_listener(RELEASED_CHANNEL, self._heard)
-            self._listener_pid = self._listener.get_server_pid()
+            listener = await self.db.acquire()
+            await listener.add_listener(RELEASED_CHANNEL, self._heard)
+            listener.add_termination_listener(self._listener_terminated)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            logger.warning("Cannot LISTEN for limiter releases, polling only: %s", exc)
+            logger.warning("Cannot LISTEN for pool %s's limiter releases, polling only for now: %s", self.pool, exc)
+            self._listen_again_at = time.monotonic() + self.settings.relisten_s
+            if listener is not None:
+                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await self.db.release(listener)
+            return
+        finally:
+            self._connecting = False
+        self._listener, self._listener_pid = listener, listener.get_server_pid()
+        for waiter in self._queue:
+            waiter.recorded = False  # any recorded before were recorded under a pid no release grants to
+
+    def _listener_terminated(self, _conn: object) -> None:
+        """The LISTEN connection is gone (the server ended it, the network broke). Nothing is heard on
+        it any more: stop giving its pid to other replicas, and wake the asker, which listens again
+        on a new connection before it next asks."""
+        logger.warning("Lost the LISTEN connection for pool %s's limiter releases; listening again", self.pool)
+        self._lose_listener()
+        self._released()
+
+    def _listener_alive(self) -> bool:
+        try:
+            return self._listener is not None and not self._listener.is_closed()
+        except asyncpg.InterfaceError:  # the pool took the closed connection back already
+            return False
+
+    def _lose_listener(self) -> None:
+        listener, self._listener, self._listener_pid = self._listener, None, None
+        if listener is None:
+            return
+        with contextlib.suppress(asyncpg.InterfaceError):  # the pool took the closed connection back already
+            listener.remove_termination_listener(self._listener_terminated)
+        self._settling.add(task := asyncio.create_task(self._release_lost(listener)))
+        task.add_done_callback(self._settling.discard)
+
+    async def _release_lost(self, listener: asyncpg.pool.PoolConnectionProxy) -> None:
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            await self.db.release(listener)
 
     def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload == self.pool:
@@ -553,6 +605,7 @@ class PoolLimiter:
             finally:
                 self._asker_idle = False
             return
+        await self._listen()  # again, when the LISTEN connection was lost: before the ask records the waiters
         seq = self._seq
         for waiter in batch:
             waiter.asking = True
@@ -729,7 +782,8 @@ class PoolLimiter:
                 try:
                     grant, handed_to = await limiter.release_and_grant(
                         conn, permit_id=permit.id, tokens_used=tokens_used, pool=self.pool, asked=asked,
-                        listener=self._listener_pid, waited_s=[now - w.since for w in batch], **self._limits_args(),
+                        listener=self._listener_pid, waited_s=self._waited_if_recorded(batch, now),
+                        **self._limits_args(),
                     )  # fmt: skip
                 except asyncpg.NoDataFoundError:  # the pool is gone: release alone
                     await limiter.release(conn, permit_id=permit.id, tokens_used=tokens_used)
@@ -753,6 +807,15 @@ class PoolLimiter:
             self._released()
         # else: after a streak of hand-overs the asker here is woken by the NOTIFY, like every
         # other replica's, so that one of theirs may take the slot.
+
+    @staticmethod
+    def _waited_if_recorded(batch: Sequence[_Waiter], now: float) -> list[float] | None:
+        """How long the waiters of `batch` waited, when one of them is recorded as waiting: only such
+        an attempt can have been granted a permit by another replica's release. None spares the
+        release that check (migration 0040)."""
+        if not any(w.recorded for w in batch):
+            return None
+        return [now - w.since for w in batch]
 
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.

@@ -1,7 +1,7 @@
 """
 Repository of the distributed admission limiter (`sql/limiter.sql`; tables limiter_permits,
 limiter_seconds, limiter_estimates and limiter_waiters, the pool's cooldown in pools; functions
-of migrations 0011, 0014, 0028 and 0033).
+of migrations 0011, 0014, 0028, 0033 and 0040).
 
 What the limiter decides from these answers, and why, is `lading.limiting`.
 """
@@ -98,7 +98,7 @@ async def release_and_grant(
         pool: PoolName,
         asked: Sequence[tuple[JobId, int, int]],
         listener: int | None,
-        waited_s: Sequence[float],
+        waited_s: Sequence[float] | None,
         requests_per_minute: int,
         tokens_per_minute: int,
         max_concurrency: int,
@@ -107,16 +107,18 @@ async def release_and_grant(
         per_second: int,
 ) -> tuple[Grant | None, int | None]:
     """Release a permit and, in the same transaction, ask for the `asked` permits (this replica's own
-    waiting attempts, waiting for `waited_s`: the grant); or, with none asked, grant the slot to the
-    longest-waiting recorded attempt of another replica than `listener`'s and NOTIFY it the permit
-    (the pid of the replica granted). When nothing was granted, every replica is woken (NOTIFY with the pool's name).
+    waiting attempts, waiting for `waited_s`: the grant; `waited_s` None when none of them was
+    recorded as waiting, so that no other replica can have granted one a permit meanwhile); or, with
+    none asked, grant the slot to the longest-waiting recorded attempt of another replica than
+    `listener`'s and NOTIFY it the permit (the pid of the replica granted). When nothing was
+    granted, every replica is woken (NOTIFY with the pool's name).
     `asyncpg.NoDataFoundError` (nothing released) when the pool is not registered."""
     row = await conn.fetchrow(
         queries.sql("limiter_release_grant"),
         permit_id, tokens_used,
         pool, [j for j, _, _ in asked], [f for _, f, _ in asked], [t for _, _, t in asked],
         requests_per_minute, tokens_per_minute, max_concurrency, permit_ttl_s, window_s, per_second, listener,
-        list(waited_s),
+        None if waited_s is None else list(waited_s),
     )  # fmt: skip
     assert row is not None
     return (_grant(row) if asked else None), row["handed_to"]

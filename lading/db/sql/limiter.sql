@@ -56,7 +56,8 @@ SELECT o_permit_ids AS permit_ids, o_cooling AS cooling, o_cooldown_left_s AS co
 -- name: limiter_release_grant
 -- Release permit $1 ($2: the tokens to count, NULL keeps the reservation), then in the same
 -- transaction (migration 0033): ask for the permits of $4/$5/$6 (this replica's own waiting
--- attempts, waiting for $14 seconds: those granted meanwhile elsewhere are named as in
+-- attempts, waiting for $14 seconds, NULL when none of them was recorded as waiting (migration
+-- 0040): those granted meanwhile elsewhere are named as in
 -- limiter_acquire_recording) under limits $7..$12 like limiter_try_acquire; or, with none asked, grant the slot to
 -- the longest-waiting recorded attempt of another replica than the one listening as backend pid
 -- $13, and NOTIFY it the permit; when nothing was granted, NOTIFY every replica (payload: $3).

@@ -230,3 +230,44 @@ async def test_a_release_grants_its_slot_to_an_attempt_waiting_in_another_proces
             process.kill()
             await process.wait()
 
+
+
+async def test_a_replica_whose_listen_connection_broke_listens_again_and_is_granted_slots_directly(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    here, there = limiter(replicas[0]), limiter(replicas[1])
+    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
+    await recorded(db, 1)
+    broken = await db.fetchval("SELECT listener FROM limiter_waiters")
+    assert broken == there._listener_pid
+    assert await db.fetchval("SELECT pg_terminate_backend($1)", broken)  # the server ends the LISTEN connection
+
+    async def recorded_again() -> bool:  # under the pid of a new, live LISTEN connection
+        pid = await db.fetchval("SELECT listener FROM limiter_waiters WHERE job_id = 2")
+        return pid is not None and pid != broken and pid == there._listener_pid
+
+    await waiting.until(recorded_again, timeout_s=10)
+    asks = counting_asks(there)
+
+    await here.release(held, tokens_used=1)  # the slot goes straight to the attempt there, heard on the new connection
+    async with asyncio.timeout(10):  # the replica never polls (concurrency_poll_s 30 s)
+        permit = await waiter
+    assert await same_transaction(db, held.id, permit.id)
+    assert asks == []
+    await there.release(permit, tokens_used=1)
+
+
+async def test_the_waiters_recorded_for_a_pool_go_with_the_pool(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> None:
+    here, there = limiter(replicas[0]), limiter(replicas[1])
+    await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
+    await recorded(db, 1)
+
+    assert await db.fetchval("DELETE FROM pools WHERE name = $1 RETURNING 1", POOL) == 1  # no replica asks for it again
+    assert await db.fetchval("SELECT count(*) FROM limiter_waiters") == 0
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
