@@ -12,8 +12,13 @@ Idempotent by (tenant, idempotency key), where the key is the batch's identity
                                            AcceptanceInProgress                 (HTTP 409)
 
 Concurrent acceptances of the same batch are decided by the unique index on
-(tenant, idempotency_key), never by "SELECT then INSERT". Job rows go in with COPY: a
-10,000-document batch is a few round trips, not 10,000.
+(tenant, idempotency_key), never by "SELECT then INSERT". The transaction looks the key up
+first only to spare a repeated acceptance any writes; a batch committed elsewhere after that
+lookup is found by the batch row's insert, which rolls back what this transaction wrote and
+answers as a repeat. Rows go in with binary COPY (`lading.db.job_rows`): a 10,000-document
+batch is a few round trips, not 10,000. The document rows go first, their texts hashed as the
+COPY sends them (the server inserts while the client hashes), then the batch row, whose request
+hash needs every document's digest, then the job rows.
 
 A large batch gives its documents by manifest (`BatchRequest.manifest`, a manifest already
 read and validated into a local spool by `lading.documents.manifest_lines.spool`, outside any
@@ -35,13 +40,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
 from lading import errors, failpoints, storable
-from lading.db import batches, fairness, job_documents, jobs, locks, outbox
+from lading.db import batches, fairness, job_documents, job_rows, jobs, locks, outbox
 from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
@@ -165,40 +170,84 @@ async def _accept(
         raise ValueError(f"unknown priority {request.priority!r}; expected one of {sorted(PRIORITIES)}")
     if request.manifest is not None:
         return await _accept_manifest(conn, request, request.manifest, lock_timeout_s=lock_timeout_s)
-    # Each text is encoded once: its SHA-256 (what hashing.content_digest computes) and its size.
-    encoded = [d.text.encode() for d in request.documents]
-    sha256 = hashlib.sha256
-    digests = [sha256(data).hexdigest() for data in encoded]
-    batch_hash = hashing.batch_request_hash_of_pairs(
-        schema=request.schema,
-        model_policy=request.model_policy,
-        validation_policy=request.validation_policy,
-        documents=zip([d.key for d in request.documents], digests, strict=True),
-    )
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
             await jobs.set_local_insert_settings(conn, counted_by_caller=True)
+            stored = await batches.get_by_key(conn, tenant=request.tenant, idempotency_key=request.idempotency_key)
+            if stored is not None:
+                # Accepted before: nothing to write, only the request hashes to compare. (A lookup,
+                # not the decision: the key's unique index still decides below.)
+                digests = _HashedTexts(request.documents).digests
+                return await _existing(conn, request, _batch_hash(request, digests), stored=stored)
+            job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
+            # The documents go first: their texts are hashed as the COPY sends them, so the
+            # server inserts one chunk of documents while the next chunk's SHA-256s are computed.
+            hashed = _HashedTexts(request.documents, lazily=True)
+            await job_rows.copy_documents(conn, hashed.records(job_ids))
+            batch_hash = _batch_hash(request, hashed.digests)
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=len(request.documents))
             if inserted is None:
-                return await _existing(conn, request, batch_hash)
+                # Committed by another transaction since the lookup: undo the documents.
+                raise _AcceptedMeanwhile(batch_hash)
             batch_id = inserted.id
-            job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
-            await _copy_jobs(conn, request, batch_id, job_ids, digests, accepted_at=inserted.now)
-            await failpoints.ahit("accept.after_jobs_before_documents")
-            sizes = [len(data) for data in encoded]
-            await job_documents.copy_sized_texts(
-                conn, zip(job_ids, [d.text for d in request.documents], sizes, strict=True)
-            )
+            await _copy_jobs(conn, request, batch_id, job_ids, hashed.digests, accepted_at=inserted.now)
+            await failpoints.ahit("accept.after_bulk_inserts")
             # Every job is READY, so all of them and their documents' bytes join the tenant's queue.
-            await jobs.add_queued(conn, tenant=request.tenant, jobs=len(job_ids), document_bytes=sum(sizes))
+            await jobs.add_queued(conn, tenant=request.tenant, jobs=len(job_ids), document_bytes=hashed.total_bytes)
             await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
+    except _AcceptedMeanwhile as meanwhile:
+        return await _existing(conn, request, meanwhile.batch_hash)
     except asyncpg.LockNotAvailableError:
         raise errors.AcceptanceInProgress(
             f"batch {request.idempotency_key} is being accepted by another transaction; retry shortly"
         ) from None
     return AcceptResult(batch_id=batch_id, job_ids=tuple(job_ids), created=True)
+
+
+class _AcceptedMeanwhile(Exception):
+    """The batch row's insert found the key taken by a transaction that committed after this one
+    looked it up: raised to roll back what this one wrote, then the stored batch is compared."""
+
+    def __init__(self, batch_hash: str) -> None:
+        super().__init__(batch_hash)
+        self.batch_hash = batch_hash
+
+
+class _HashedTexts:
+    """Each inline document's text encoded once, for its SHA-256 (hex, what hashing.content_digest
+    computes), its size and its row. Computed at once, or, `lazily`, as `records` hands the
+    documents to the COPY (complete once the COPY has consumed them)."""
+
+    def __init__(self, documents: Sequence[DocumentInput], *, lazily: bool = False) -> None:
+        self._documents = documents
+        self.digests: list[str] = []
+        self.total_bytes = 0
+        if not lazily:
+            for _ in self._encoded():
+                pass
+
+    def records(self, job_ids: Sequence[JobId]) -> Iterator[tuple[JobId, bytes]]:
+        """(job id, UTF-8 bytes of the text) of each document, hashing it on the way."""
+        return zip(job_ids, self._encoded(), strict=True)
+
+    def _encoded(self) -> Iterator[bytes]:
+        sha256, digests = hashlib.sha256, self.digests
+        for document in self._documents:
+            data = document.text.encode()
+            digests.append(sha256(data).hexdigest())
+            self.total_bytes += len(data)
+            yield data
+
+
+def _batch_hash(request: BatchRequest, digests: Sequence[str]) -> str:
+    return hashing.batch_request_hash_of_pairs(
+        schema=request.schema,
+        model_policy=request.model_policy,
+        validation_policy=request.validation_policy,
+        documents=zip([d.key for d in request.documents], digests, strict=True),
+    )
 
 
 async def _accept_manifest(
@@ -250,7 +299,7 @@ async def _accept_manifest(
                 max_attempts=request.max_attempts,
                 deadline_at=inserted.now + dt.timedelta(seconds=request.deadline_s),
             )
-            await failpoints.ahit("accept.after_jobs_before_documents")
+            await failpoints.ahit("accept.after_bulk_inserts")
             job_ids = await jobs.ids_of_batch(conn, batch_id=batch_id)
             await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
@@ -296,8 +345,12 @@ async def _accepted(conn: asyncpg.Connection, request: BatchRequest, batch_id: B
     await jobs.notify_available(conn, pool=request.pool)
 
 
-async def _existing(conn: asyncpg.Connection, request: BatchRequest, batch_hash: str) -> AcceptResult:
-    stored = await batches.get_by_key(conn, tenant=request.tenant, idempotency_key=request.idempotency_key)
+async def _existing(
+        conn: asyncpg.Connection, request: BatchRequest, batch_hash: str, *, stored: batches.Stored | None = None
+) -> AcceptResult:
+    """The stored batch of the request's key (looked up unless given), if its hash is `batch_hash`."""
+    if stored is None:
+        stored = await batches.get_by_key(conn, tenant=request.tenant, idempotency_key=request.idempotency_key)
     assert stored is not None, "ON CONFLICT DO NOTHING returned nothing, so the row exists"
     if stored.request_hash != batch_hash:
         raise errors.IdempotencyConflict(
@@ -317,19 +370,22 @@ async def _copy_jobs(
         *,
         accepted_at: dt.datetime,
 ) -> None:
-    deadline_at = accepted_at + dt.timedelta(seconds=request.deadline_s)
-    priority = PRIORITIES[request.priority]
-    job_hash = hashing.job_request_hasher(
+    shared = job_rows.SharedJobValues(
+        tenant=request.tenant, batch_id=batch_id, pool=request.pool, schema=request.schema,
+        validation_policy=request.validation_policy, priority=PRIORITIES[request.priority],
+        max_attempts=request.max_attempts, deadline_at=accepted_at + dt.timedelta(seconds=request.deadline_s),
+    )  # fmt: skip
+    prefix, suffix = hashing.job_request_template(
         schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
     )
-    tenant, pool, schema, policy, max_attempts = (
-        request.tenant, request.pool, request.schema, request.validation_policy, request.max_attempts
+    # The job request hash of each digest, spliced as hashing.job_request_hasher does (one
+    # SHA-256 per job), hex in bytes as the row takes it. A generator, not a list: the COPY sends
+    # its rows in chunks as they are made, so the server inserts one chunk while the next is hashed.
+    prefix, suffix, sha256 = prefix + b'"', b'"' + suffix, hashlib.sha256
+    rows = (
+        (job_id, ordinal, document.key, sha256(prefix + digest + suffix).hexdigest().encode(), digest)
+        for ordinal, (job_id, document, digest) in enumerate(
+            zip(job_ids, request.documents, (d.encode() for d in digests), strict=True)
+        )
     )  # fmt: skip
-    # A generator, not a list: the COPY sends its records in chunks as they are made, so the
-    # server inserts one chunk while the job request hashes of the next are computed here.
-    records = (
-        (job_id, tenant, batch_id, ordinal, document.key, job_hash(digest), digest, pool, schema, policy, priority,
-         max_attempts, deadline_at)
-        for ordinal, (job_id, document, digest) in enumerate(zip(job_ids, request.documents, digests, strict=True))
-    )  # fmt: skip
-    await jobs.copy_new(conn, records)
+    await job_rows.copy_jobs(conn, shared, rows)

@@ -4,7 +4,8 @@ that bulk acceptance of a manifest batch goes through (`sql/job_documents.sql`,
 `sql/manifest_lines.sql`).
 
 A job_documents row holds either the text (inline documents) or a URI with its SHA-256 and
-size (manifest documents); migration 0008 makes that a CHECK. Workers learn the URI of a
+size (manifest documents); migration 0008 makes that a CHECK (inline documents are written by
+`job_rows`). Workers learn the URI of a
 claimed document from the claim itself (`jobs.claim_batch`); what they do with it is
 `lading.documents.fetching`.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -37,21 +38,6 @@ class DocumentSource:
     bytes: int
     namespace: str
     """The batch's namespace (from its row): file:// URIs are read only beneath its directories."""
-
-
-async def copy_texts(conn: asyncpg.Connection, documents: Sequence[tuple[JobId, str]]) -> None:
-    """Insert inline documents (job id, text) with COPY, each with its size in UTF-8 bytes."""
-    await conn.copy_records_to_table(
-        "job_documents",
-        records=[(job_id, text, len(text.encode())) for job_id, text in documents],
-        columns=("job_id", "text", "bytes"),
-    )
-
-
-async def copy_sized_texts(conn: asyncpg.Connection, documents: Iterable[tuple[JobId, str, int]]) -> None:
-    """Insert inline documents (job id, text, size of the text in UTF-8 bytes) with COPY; the
-    records may be a generator (the COPY sends them in chunks as they come)."""
-    await conn.copy_records_to_table("job_documents", records=documents, columns=("job_id", "text", "bytes"))
 
 
 async def stage_manifest(conn: asyncpg.Connection, spooled: manifest_lines.Spooled) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 
 import asyncpg
 import pytest
 
 from lading import accepting, errors, failpoints
-from lading.db import pool
+from lading.db import job_rows, pool
+from lading.jobs import hashing
 from tests.support import factories
+from tests.support import waiting as waiting_support
 
 
 async def _counts(conn: asyncpg.Connection) -> tuple[int, int, int, int]:
@@ -90,7 +93,7 @@ async def test_a_failure_inside_acceptance_rolls_back_everything_and_a_retry_suc
 ) -> None:
     await factories.seed(db)
     request = factories.batch_request(count=10)
-    with failpoints.enabled("accept.after_jobs_before_documents", "raise"), pytest.raises(
+    with failpoints.enabled("accept.after_bulk_inserts", "raise"), pytest.raises(
         failpoints.FailpointError
     ):
         await accepting.accept_batch(db, request)
@@ -131,3 +134,84 @@ async def test_same_batch_key_in_two_tenants_gives_independent_jobs(db: asyncpg.
     b = await accepting.accept_batch(db, factories.batch_request(tenant="globex", count=2))
     assert a.created and b.created
     assert set(a.job_ids).isdisjoint(b.job_ids)
+
+
+async def test_job_and_document_rows_hold_the_request_values_across_copy_chunks(db: asyncpg.Connection) -> None:
+    # Rows of about 1 KB, so the documents' COPY stream spans several chunks; keys and texts
+    # outside ASCII, so sizes are UTF-8 bytes, not characters.
+    await factories.seed(db)
+    documents = [
+        accepting.DocumentInput(key=f"clé-{i:04d}-ü", text=f"Rechnung {i} 🧾 é " + "x" * (1000 + i % 7))
+        for i in range(1_200)
+    ]
+    assert 1_200 * 1_000 > 2 * job_rows.COPY_CHUNK_BYTES
+    request = dataclasses.replace(
+        factories.batch_request(), documents=documents, priority="high", max_attempts=3, deadline_s=7200
+    )
+    result = await accepting.accept_batch(db, request)
+    rows = await db.fetch(
+        """SELECT j.*, d.text, d.bytes, d.uri, b.created_at AS batch_created_at
+             FROM extraction_jobs j JOIN job_documents d ON d.job_id = j.id JOIN batches b ON b.id = j.batch_id
+            ORDER BY j.ordinal"""
+    )
+    assert [r["id"] for r in rows] == list(result.job_ids)
+    for ordinal, (row, document) in enumerate(zip(rows, documents, strict=True)):
+        digest = hashing.content_digest(document.text)
+        assert (row["ordinal"], row["document_key"], row["text"], row["bytes"], row["uri"]) == (
+            ordinal, document.key, document.text, len(document.text.encode()), None
+        )
+        assert row["content_sha256"] == digest
+        assert row["request_hash"] == hashing.job_request_hash(
+            content_sha256=digest, schema=request.schema, model_policy=request.model_policy,
+            validation_policy=request.validation_policy,
+        )  # fmt: skip
+        assert (row["tenant"], row["batch_id"], row["pool"], row["schema"], row["validation_policy"]) == (
+            request.tenant, result.batch_id, request.pool, request.schema, request.validation_policy
+        )
+        assert (row["state"], row["priority"], row["attempt"], row["max_attempts"], row["suspended"]) == (
+            "READY", 0, 0, 3, False
+        )
+        # The deadline counts from the acceptance (the batch row's insert), to the microsecond.
+        assert abs(row["deadline_at"] - row["batch_created_at"] - dt.timedelta(seconds=7200)) < dt.timedelta(seconds=5)
+    assert len({r["deadline_at"] for r in rows}) == 1
+    queued = await db.fetchrow(
+        "SELECT sum(jobs)::bigint AS jobs, sum(bytes)::bigint AS bytes FROM tenant_queued WHERE tenant = $1",
+        request.tenant,
+    )
+    assert queued is not None and (queued["jobs"], queued["bytes"]) == (
+        1_200, sum(len(d.text.encode()) for d in documents)
+    )
+
+
+async def test_a_batch_committed_elsewhere_after_the_lookup_is_returned_and_nothing_of_this_one_stays(
+        db: asyncpg.Connection, database_url: str
+) -> None:
+    # The other acceptance of the same batch has written its batch row and not committed: this
+    # one finds no batch, writes its documents, then waits on the key. Once the other commits,
+    # this one rolls back what it wrote and answers with the stored batch.
+    await factories.seed(db)
+    request = factories.batch_request(count=50)
+    holder = await pool.connect(database_url)
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        first = await accepting.accept_batch(holder, request)
+        waiting = asyncio.create_task(accepting.accept_batch(db, request, lock_timeout_s=30))
+        await _until_waiting_on_a_lock(holder, count=1)
+        await transaction.commit()
+        second = await asyncio.wait_for(waiting, 30)
+    finally:
+        await holder.close()
+    assert first.created and not second.created
+    assert second.job_ids == first.job_ids
+    assert await _counts(db) == (1, 50, 50, 1)
+
+
+async def _until_waiting_on_a_lock(conn: asyncpg.Connection, *, count: int) -> None:
+    async def waiting() -> bool:
+        n: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return n >= count
+
+    await waiting_support.until(waiting)

@@ -49,9 +49,9 @@ async def test_operator_killed_mid_admission_and_restarted_inserts_nothing_twice
         await conftest.create_batch(api, "acme", name, documents=documents)
     log = tmp_path / "operator.log"
 
-    # The second acceptance to write its job rows dies before its documents and its commit. Admissions
+    # The second acceptance to write its job and document rows dies before its commit. Admissions
     # of one tenant run concurrently, so the first may or may not have committed by then.
-    first = await _start(kubeconfig, database_url, log, failpoints="accept.after_jobs_before_documents=kill@2")
+    first = await _start(kubeconfig, database_url, log, failpoints="accept.after_bulk_inserts=kill@2")
     try:
         assert await asyncio.wait_for(first.wait(), 60) == -9, log.read_text()[-3000:]
     finally:
