@@ -335,10 +335,11 @@ def _not_in_source(path: str, quote: str) -> verdicts.FailedCheck:
 
 
 def _supports(*, kind: str, value: str, quote: str) -> bool:
+    """Whether `quote` (whitespace-normalised: `evidence` normalised it already) contains `value`."""
     if kind == "money":
         # `in` over the readings stops at the first that equals the value: number_values(quote)
         # would give the same answer after reading every number of the quote.
-        return invoice.money(value) in _number_readings(normalise_whitespace(quote))
+        return invoice.money(value) in _number_readings(quote)
     if kind == "iban":
         return _compact(value).upper() in _compact(quote).upper()
     return _compact(value) in _compact(quote)
