@@ -35,6 +35,7 @@ token's namespace, the broker's permissions), never from the document.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -402,12 +403,18 @@ def _renamed(batch: _Group) -> _Group:
     return dataclasses.replace(batch, row=row)
 
 
+def _slots(group: str, settings: RollingBatchSettings) -> list[str]:
+    """The rolling groups of `group`'s slots (one open batch each)."""
+    return [f"{group}#{slot}" for slot in range(settings.open_batches)]
+
+
 async def _open_batch_for(
         conn: asyncpg.Connection,
         batch: _Group,
         *,
         key: str,
         settings: RollingBatchSettings,
+        first_pick: tuple[batches.OpenRolling | None] | None = None,
 ) -> tuple[BatchId, str, bool, int]:
     """An open batch of the group that takes document `key`, locked: (id, name, opened by us, the
     documents it holds).
@@ -415,11 +422,18 @@ async def _open_batch_for(
     In order: an open batch no one else holds (closing on the way any that is full, past its time
     or holds the key); else a new batch in a slot with none open; else, every slot's batch being
     held, a wait for the one of the key's slot. Only a holder of a closed batch ever waits, and
-    only for a batch whose holder waits for none: no cycle."""
-    slots = [f"{batch.group}#{slot}" for slot in range(settings.open_batches)]
+    only for a batch whose holder waits for none: no cycle. `first_pick`: the answer of a pick this
+    transaction made for the group and `key` already (`submissions.claim_group`), used as the first."""
+    slots = _slots(batch.group, settings)
     mine = slots[int(hashlib.sha256(key.encode("utf-8", "replace")).hexdigest(), 16) % len(slots)]
     for _ in range(_OPEN_ATTEMPTS):
-        while (free := await batches.pick_open_rolling(conn, groups=slots, document_key=key)) is not None:
+        while True:
+            if first_pick is not None:
+                (free,), first_pick = first_pick, None
+            else:
+                free = await batches.pick_open_rolling(conn, groups=slots, document_key=key)
+            if free is None:
+                break
             if _takes(free, settings):
                 return free.id, free.name, False, free.total_jobs
             await batches.close_rolling(conn, batch_id=free.id)
@@ -525,6 +539,9 @@ class GroupSubmitter:
         self.db = db
         self.settings = settings or GroupSettings()
         self.rolling = rolling or RollingBatchSettings()
+        self.hints = _GroupHints()
+        self._releases: set[asyncio.Task[None]] = set()
+        """Connections being handed back to the pool (`_release_later`)."""
         self.groups: grouping.Groups[_Pending, Submission | Recorded] = grouping.Groups(
             self._apply, identity=lambda pending: pending.identity, max_items=self.settings.max_documents,
             concurrency=self.settings.flushers,
@@ -562,24 +579,41 @@ class GroupSubmitter:
         )
 
     async def _apply(self, group: Sequence[_Pending]) -> list[Submission | Recorded | Exception]:
-        async with self.db.acquire() as conn:
+        conn = await self.db.acquire()
+        try:
             if len(group) == 1:
                 return [await self._alone(conn, group[0])]
             try:
-                return await _submit_group(conn, group, settings=self.rolling, waits=self.settings)
+                return await _submit_group(conn, group, settings=self.rolling, waits=self.settings, hints=self.hints)
             except (asyncpg.PostgresError, errors.AcceptanceInProgress) as exc:
                 if isinstance(exc, asyncpg.PostgresConnectionError):
                     raise
                 logger.info("a group of %d documents failed (%s); accepting each alone", len(group),
                             type(exc).__name__)
             return [await self._alone(conn, pending) for pending in group]
+        finally:
+            self._release_later(conn)
+
+    def _release_later(self, conn: asyncpg.Connection) -> None:
+        """Hand `conn` back to the pool without the group's callers waiting for it: the pool resets
+        a connection it gets back (a round trip), and the answers need nothing more from it."""
+        release = asyncio.create_task(self.db.release(conn))
+        self._releases.add(release)
+        release.add_done_callback(self._released)
+
+    def _released(self, release: asyncio.Task[None]) -> None:
+        self._releases.discard(release)
+        if not release.cancelled() and (exc := release.exception()) is not None:
+            # The pool terminated the connection (it opens another when needed); nothing was lost.
+            logger.info("a connection could not be reset for reuse (%s)", type(exc).__name__)
 
     async def _alone(self, conn: asyncpg.Connection, pending: _Pending) -> Submission | Recorded | Exception:
         """One document in its own transaction; a failure is its outcome."""
         if pending.answer is None:
             return await _alone(conn, pending, settings=self.rolling)
         try:
-            (outcome,) = await _submit_group(conn, [pending], settings=self.rolling, waits=self.settings)
+            (outcome,) = await _submit_group(conn, [pending], settings=self.rolling, waits=self.settings,
+                                             hints=self.hints)
         except asyncpg.PostgresError as exc:
             return _refusal(exc, namespace=pending.namespace, idempotency_key=pending.idempotency_key)
         except Exception as exc:
@@ -618,12 +652,45 @@ async def _alone(
         return exc
 
 
+class _GroupHints:
+    """The rolling group each document's fields (namespace, pool, endpoint, priority, deadline) went
+    to last, so that a lone document's batch is picked in the statement that claims its key and
+    reads its rules, before the rules tell its tenant (which the group names). A hint only: its
+    pick is used when the group decided after the rules is the hinted one, and a wrong hint costs
+    one more round trip (the batch it locked, if any, is left alone until the commit)."""
+
+    MAX = 4096
+    """Distinct field combinations remembered; beyond it, the memory starts over."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str, str | None, str, int], str] = {}
+
+    @staticmethod
+    def _fields(pending: _Pending) -> tuple[str, str, str | None, str, int]:
+        request = pending.request
+        return (pending.namespace, request.inference_pool_ref, request.delivery_endpoint_ref, request.priority,
+                request.deadline_seconds)
+
+    def group_of(self, pending: _Pending) -> str | None:
+        return self._groups.get(self._fields(pending))
+
+    def remember(self, pending: _Pending, group: str) -> None:
+        if len(self._groups) >= self.MAX:
+            self._groups.clear()
+        self._groups[self._fields(pending)] = group
+
+
+_HINTS = _GroupHints()
+"""The hints of `submit_document` and `submit_validated` (a GroupSubmitter keeps its own)."""
+
+
 async def _submit_group(
         conn: asyncpg.Connection,
         group: Sequence[_Pending],
         *,
         settings: RollingBatchSettings,
         waits: GroupSettings,
+        hints: _GroupHints | None = None,
 ) -> list[Submission | Recorded | Exception]:
     """Accept `group` (one document per idempotency key) in one transaction: the POSTs' records and
     every document's key claimed and the group's admission context read in one statement (POSTs
@@ -631,8 +698,9 @@ async def _submit_group(
     document checked against its tenant's rules, the admitted ones appended to their rolling
     batches a batch at a time, and in the statement of the last append, the tenants' queues
     registered, their claimers woken, a refused document's keys released and the POSTs' answers
-    recorded. A lone document takes five round trips: BEGIN, the claim, its batch, the append,
-    COMMIT. One outcome per document, in order.
+    recorded. A lone document takes four round trips: BEGIN, the claim (which also picks the open
+    batch of the rolling group its fields went to last time, `_GroupHints`), the append, COMMIT;
+    one more when that guess was wrong. One outcome per document, in order.
 
     Lock order, the same in every transaction: records' keys (sorted), documents' keys (sorted),
     rolling batches (by group); a record's claim is the only wait before the first lock of the
@@ -640,6 +708,8 @@ async def _submit_group(
     outcomes: list[Submission | Recorded | Exception | None] = [None] * len(group)
     checks = [_check_of(pending) for pending in group]
     namespaces, pools, endpoints = applying.context_asked(checks)
+    hints = hints or _HINTS
+    guess = hints.group_of(group[0]) if len(group) == 1 else None
     async with conn.transaction():
         posts = [i for i, p in enumerate(group) if p.answer is not None]
         claimed = await submissions.claim_group(
@@ -648,6 +718,7 @@ async def _submit_group(
              for p in group],
             namespaces=namespaces, pools=pools, endpoints=endpoints,
             wait_s=waits.in_progress_wait_s if posts else settings.lock_timeout_s, then_wait_s=settings.lock_timeout_s,
+            pick_slots=[] if guess is None else _slots(guess, settings), pick_key=group[0].request.key,
         )  # fmt: skip
         answered = [i for i in posts if group[i].identity not in claimed.recorded]
         if answered:
@@ -676,6 +747,7 @@ async def _submit_group(
             endpoint = checks[i].endpoint
             key = _group_key(namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name,
                              endpoint=endpoint, request=group[i].request)
+            hints.remember(group[i], key)
             if key not in by_batch:
                 model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
                 by_batch[key] = (_rolling_batch(
@@ -690,8 +762,10 @@ async def _submit_group(
                 await submissions.append_jobs(conn, batch_id=last.batch_id, shared=last.shared,
                                               documents=last.documents)
             shape, members = by_batch[name]
-            placed, last = await _append_to_rolling(conn, shape, [(group[i], job_ids[i]) for i, _ in members],
-                                                    settings=settings)
+            placed, last = await _append_to_rolling(
+                conn, shape, [(group[i], job_ids[i]) for i, _ in members], settings=settings,
+                first_pick=(claimed.picked,) if guess == shape.group else None,
+            )  # fmt: skip
             for (i, verdict), (namespace, batch_name) in zip(members, placed, strict=True):
                 outcomes[i] = Submission(job_id=job_ids[i], batch_namespace=namespace, batch_name=batch_name,
                                          replayed=False)
@@ -757,16 +831,19 @@ async def _append_to_rolling(
         documents: Sequence[tuple[_Pending, JobId]],
         *,
         settings: RollingBatchSettings,
+        first_pick: tuple[batches.OpenRolling | None] | None = None,
 ) -> tuple[list[tuple[str, str]], submissions.Appending]:
     """Append `documents` (one rolling group's) to open batches of the group, as many to one batch
     as it takes (room, and keys it does not hold yet): (namespace, name) of each one's batch, and
     the last append, not sent yet (the caller sends it with what its transaction writes last),
-    its batch locked."""
+    its batch locked. `first_pick`: see `_open_batch_for` (for the first document's key)."""
     placed: dict[int, tuple[str, str]] = {}
     remaining = list(range(len(documents)))
     while True:
         first = documents[remaining[0]][0].request.key
-        batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings)
+        batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings,
+                                                              first_pick=first_pick)
+        first_pick = None
         room = settings.max_documents - holds
         # The batch takes `first` (_open_batch_for saw to it): only the other keys need a look.
         others = [documents[i][0].request.key for i in remaining if documents[i][0].request.key != first]

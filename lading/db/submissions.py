@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from lading.db import queries, registry
+from lading.db import batches, queries, registry
 from lading.ids import BatchId, JobId, PoolName
 
 
@@ -124,6 +124,8 @@ class GroupClaimed:
     job_ids: dict[tuple[str, str], JobId]
     """The document keys claimed, each with its new job id (the others are taken: repeats)."""
     context: registry.AdmissionContext
+    picked: batches.OpenRolling | None = None
+    """The open rolling batch picked and locked for `claim_group`'s `pick_key`, if any."""
 
 
 async def claim_group(
@@ -135,22 +137,32 @@ async def claim_group(
         endpoints: Sequence[str],
         wait_s: float,
         then_wait_s: float,
+        pick_slots: Sequence[str] = (),
+        pick_key: str | None = None,
 ) -> GroupClaimed:
-    """In one statement: the POSTs' records of `claims` (`api_requests.claim_many`), then the
-    documents' keys (`insert_many`), sorted here by (namespace, key): one lock order; then the
-    admission context of `namespaces`, `pools` and `endpoints` (`registry.admission_context`). A
-    key another transaction holds is waited for up to `wait_s` while records are claimed, then
-    up to `then_wait_s`, which stays the transaction's lock timeout (then
-    `asyncpg.LockNotAvailableError`)."""
+    """In one statement: the POSTs' records of `claims` (what `api_requests.claim` does for one),
+    then the documents' keys, sorted here by (namespace, key): one lock order; then the admission
+    context of `namespaces`, `pools` and `endpoints` (`registry.admission_context`); and, when a key
+    was claimed and `pick_slots` are given, an open rolling batch of those slots for document key
+    `pick_key`, locked (`batches.pick_open_rolling`). A key another transaction holds is waited for
+    up to `wait_s` while records are claimed, then up to `then_wait_s`, which stays the
+    transaction's lock timeout (then `asyncpg.LockNotAvailableError`)."""
     ordered = sorted(claims, key=lambda c: (c.namespace, c.idempotency_key))
     row = await conn.fetchrow(
         queries.sql("submission_claim_group"),
         [c.namespace for c in ordered], [c.idempotency_key for c in ordered], [c.request_digest for c in ordered],
         [c.recorded for c in ordered], f"{int(wait_s * 1000)}ms", f"{int(then_wait_s * 1000)}ms",
-        list(namespaces), list(pools), list(endpoints),
+        list(namespaces), list(pools), list(endpoints), list(pick_slots), pick_key,
     )  # fmt: skip
     assert row is not None, "the statement answers one row"
+    picked = None
+    if row["picked_id"] is not None:
+        picked = batches.OpenRolling(
+            id=BatchId(row["picked_id"]), namespace=row["picked_namespace"], name=row["picked_name"],
+            total_jobs=row["picked_total_jobs"], taking=row["picked_taking"], key_taken=row["picked_key_taken"],
+        )  # fmt: skip
     return GroupClaimed(
+        picked=picked,
         recorded=set(zip(row["recorded_namespaces"], row["recorded_keys"], strict=True)),
         job_ids={
             (namespace, key): JobId(job_id)

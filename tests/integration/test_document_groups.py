@@ -14,6 +14,9 @@ import asyncpg
 import pytest
 
 from lading import applying, intake, reasons
+from lading.db import pool as asyncpg_pool
+from lading.db import registry
+from lading.ids import TenantName
 from lading.settings import RollingBatchSettings
 from tests.integration.test_admission_rules import seed
 
@@ -208,3 +211,58 @@ async def test_posts_of_one_key_in_concurrent_groups_make_one_job_and_one_record
             assert outcome.answered.location == f"/v1/jobs/{made[key]}"
     assert await count(db, "extraction_jobs") == 20
     assert await count(db, "api_requests") == 20
+
+
+async def test_a_lone_documents_transaction_takes_four_round_trips_once_its_group_is_known(
+        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
+    # BEGIN; records, keys, rules and the batch the last document of these fields went to; the
+    # append, queue, NOTIFY and answer; COMMIT. More while nothing is known (the batch's pick).
+    await seed(db)
+    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
+    sent: list[str] = []
+    try:
+        async with single.acquire() as conn:
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+        submitter = intake.GroupSubmitter(single)
+        per_document = []
+        for i in range(4):
+            before = len(sent)
+            outcome = await submitter.submit_post(
+                namespace="acme", request=request(f"doc-{i}"), idempotency_key=f"k{i}",
+                request_digest=intake.request_digest(request(f"doc-{i}")), answer=answer,
+            )  # fmt: skip
+            assert isinstance(outcome, intake.Submission) and not outcome.replayed
+            # The pool's reset when the connection is handed back is not the transaction's.
+            per_document.append([q for q in sent[before:] if "pg_advisory_unlock_all" not in q])
+    finally:
+        await single.close()
+    # The first: nothing known (a pick of its own), it opened the batch (and its outbox event).
+    assert any("batch_rolling_pick for the slots" in q for q in per_document[0])
+    assert any("Open a rolling batch" in q for q in per_document[0])
+    assert [len(statements) for statements in per_document[1:]] == [4, 4, 4], per_document[1:]
+    assert [q.strip() for q in per_document[1]][::3] == ["BEGIN;", "COMMIT;"]
+    assert await db.fetchval("SELECT count(DISTINCT batch_id) FROM extraction_jobs") == 1
+    recorded = await db.fetch("SELECT status, location FROM api_requests ORDER BY idempotency_key")
+    assert [r["status"] for r in recorded] == [202] * 4 and all(r["location"] for r in recorded)
+
+
+async def test_a_wrong_guess_of_a_lone_documents_batch_places_it_by_its_rules(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    # The namespace moves to another tenant between two documents: the batch picked for the first
+    # one's group (tenant acme) is not used, the second goes to a batch of its own tenant.
+    await seed(db)
+    submitter = intake.GroupSubmitter(dbpool)
+    first = await submitter.submit(namespace="acme", request=request("a"), idempotency_key="a",
+                                   request_digest=intake.request_digest(request("a")))
+    await registry.revoke_tenant(db, name=TenantName("acme"))
+    await registry.upsert_tenant(db, name=TenantName("acme-b"), namespaces=["acme"], weight=1, max_queued_jobs=None,
+                                 max_in_flight=None, spec={})
+    second = await submitter.submit(namespace="acme", request=request("b"), idempotency_key="b",
+                                    request_digest=intake.request_digest(request("b")))
+    assert first.batch_name != second.batch_name
+    rows = await db.fetch("SELECT j.document_key, j.tenant, b.tenant AS batch_tenant FROM extraction_jobs j "
+                          "JOIN batches b ON b.id = j.batch_id ORDER BY j.document_key")
+    assert [(r["document_key"], r["tenant"], r["batch_tenant"]) for r in rows] == [
+        ("a", "acme", "acme"), ("b", "acme-b", "acme-b")]
+    queues = await db.fetch("SELECT tenant FROM tenant_queues ORDER BY tenant")
+    assert [r["tenant"] for r in queues] == ["acme", "acme-b"]

@@ -131,15 +131,22 @@ SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp()
 -- Batch $1 takes no more documents (the next one of its group opens a new batch).
 UPDATE batches SET open_until = NULL WHERE id = $1 AND open_until IS NOT NULL;
 
--- name: batch_pick_open_rolling
--- An open batch of the rolling groups $1 (the slots of one group) that no other transaction holds,
--- lowest id first, locked until the caller's transaction ends (SKIP LOCKED: concurrent documents
--- of one group append to different batches instead of queuing on one row), with whether it still
--- takes documents and whether document key $2 is in it already.
+-- fragment: batch_rolling_pick
+-- An open batch of the rolling groups `wanted.groups` (the slots of one group; CTE `wanted`, with
+-- `document_key`) that no other transaction holds, lowest id first, locked until the caller's
+-- transaction ends (SKIP LOCKED: concurrent documents of one group append to different batches
+-- instead of queuing on one row), with whether it still takes documents and whether
+-- `wanted.document_key` is in it already.
 SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp() AS taking,
-       EXISTS (SELECT 1 FROM extraction_jobs j WHERE j.batch_id = b.id AND j.document_key = $2) AS key_taken
+       EXISTS (SELECT 1 FROM extraction_jobs j
+                WHERE j.batch_id = b.id AND j.document_key = (SELECT w.document_key FROM wanted w)) AS key_taken
   FROM batches b
- WHERE b.rolling_group = ANY($1::text[]) AND b.open_until IS NOT NULL
+ WHERE b.rolling_group = ANY ((SELECT w.groups FROM wanted w)::text[]) AND b.open_until IS NOT NULL
  ORDER BY b.id
  LIMIT 1
-   FOR UPDATE OF b SKIP LOCKED;
+   FOR UPDATE OF b SKIP LOCKED
+
+-- name: batch_pick_open_rolling
+-- batch_rolling_pick for the slots $1 and document key $2.
+WITH wanted AS (SELECT $1::text[] AS groups, $2::text AS document_key)
+SELECT * FROM {{batch_rolling_pick}} AS picked;

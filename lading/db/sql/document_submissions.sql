@@ -71,9 +71,12 @@ SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha
 --   3. the documents' keys, each for a new job id: a POST's only when its record is ours now; a
 --      key taken already is left out, one being claimed by another transaction is waited for
 --   4. the admission context (sql/admission.sql) of namespaces $7, pools $8, endpoints $9
+--   5. when a key was claimed: an open rolling batch of the slots $10 for document key $11, locked
+--      (batch_rolling_pick; never waits): the batch a lone document most likely goes to, picked
+--      before its rules are decided (empty $10: none)
 -- The InitPlans order the steps: `wait` is read before the first record is inserted, `recorded`
 -- (every record's claim) before the first key is. Returns one row: the records and keys claimed
--- (as arrays) and the context.
+-- (as arrays), the context, and the batch picked (its columns NULL when none).
 WITH wait AS MATERIALIZED (
     SELECT set_config('lock_timeout', $5, true) AS lock_timeout
 ), given AS MATERIALIZED (
@@ -103,14 +106,22 @@ WITH wait AS MATERIALIZED (
     RETURNING namespace, idempotency_key, job_id
 ), asked AS (
     SELECT $7::text[] AS namespaces, $8::text[] AS pools, $9::text[] AS endpoints
+), wanted AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN $10::text[] ELSE '{}' END AS groups,
+           $11::text AS document_key
+), picked AS (
+    SELECT * FROM {{batch_rolling_pick}} AS p
 )
 SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
        coalesce(c.namespaces, '{}') AS claimed_namespaces, coalesce(c.keys, '{}') AS claimed_keys,
        coalesce(c.job_ids, '{}') AS claimed_job_ids,
-       {{admission_context}} AS context
+       {{admission_context}} AS context,
+       p.id AS picked_id, p.namespace AS picked_namespace, p.name AS picked_name, p.total_jobs AS picked_total_jobs,
+       p.taking AS picked_taking, p.key_taken AS picked_key_taken
   FROM recorded r
  CROSS JOIN (SELECT array_agg(namespace) AS namespaces, array_agg(idempotency_key) AS keys, array_agg(job_id) AS job_ids
-               FROM claimed) AS c;
+               FROM claimed) AS c
+  LEFT JOIN picked p ON true;
 
 -- name: submission_jobs_append_finish
 -- The last statement of a group's acceptance (lading/intake.py), in one round trip:
