@@ -156,6 +156,11 @@ async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int
         await asyncio.sleep(WINDOW_S + 5)  # a timed measurement window, not a race
     stats = stub_stats(stub_url)
     learned = dict(await conn.fetch("SELECT schema, factor FROM limiter_estimates"))
+    # What the limiter counted for the permits of its own first 60 s, against what the stub counted.
+    counted = await conn.fetchrow(
+        "SELECT count(*) AS permits, sum(coalesce(tokens_used, tokens_reserved)) AS tokens FROM limiter_permits"
+        " WHERE acquired_at < (SELECT min(acquired_at) FROM limiter_permits) + interval '60 seconds'"
+    )
     # The run: the first 60 s from the first request the server admitted.
     window_start = min(t for t, _ in stats["admitted"])
     admitted = [(t, n) for t, n in stats["admitted"] if window_start <= t < window_start + WINDOW_S]
@@ -164,6 +169,7 @@ async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int
         "max_requests_any_60s": stats["max_window_requests"], "max_tokens_any_60s": stats["max_window_tokens"],
         "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"],
         "prompt_factor_at_start": factors, "prompt_factor_recorded": learned,
+        "limiter_permits_first_60s": counted["permits"], "limiter_tokens_first_60s": counted["tokens"],
     }
 
 

@@ -74,7 +74,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import asyncpg
@@ -314,6 +314,7 @@ class PoolLimiter:
         self._connecting = False  # a try to LISTEN is in flight
         self._listen_again_at = 0.0  # monotonic time before which no new try is made (after a failure)
         self._settling: set[asyncio.Task[None]] = set()
+        self._returning: set[asyncio.Task[None]] = set()  # connections being given back to the pool (`_connection`)
         self._estimators: dict[str, PromptEstimator] = {}
         self._recorded: dict[str, tuple[float, int]] = {}  # schema -> (factor, learned) last written
         self._estimates_loaded = False
@@ -333,6 +334,7 @@ class PoolLimiter:
                 await self._server
         for waiter in self._queue:  # nobody asks for them any more
             waiter.granted.cancel()
+        await asyncio.gather(*self._returning, return_exceptions=True)  # the pool may be closed next
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             await self._record_estimates()
         self._listen_again_at = math.inf  # closed: never LISTEN again
@@ -566,6 +568,20 @@ class PoolLimiter:
                     break
         return batch
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        """A connection of the pool for one grant or release, given back in the background. asyncpg
+        resets a connection before the pool takes it back, one more round trip: awaited here, it
+        would stand between a grant and the attempt it goes to."""
+        conn = await self.db.acquire()
+        try:
+            yield conn
+        except BaseException:
+            await self.db.release(conn)
+            raise
+        self._returning.add(task := asyncio.create_task(self.db.release(conn)))
+        task.add_done_callback(self._returning.discard)
+
     def _hand(self, waiter: _Waiter, permit: Permit) -> None:
         with contextlib.suppress(ValueError):
             self._queue.remove(waiter)
@@ -616,6 +632,7 @@ class PoolLimiter:
                 waiter.asking = False
         permits, refusal = self._granted(batch, grant)
         self._note(refusal, seq=seq)
+        await self._maybe_prune()  # after the permits went out: a prune's queries do not delay them
         if refusal is None:
             return
         metrics.LIMITER_REFUSALS.labels(self.pool, refusal.reason).inc()
@@ -630,7 +647,7 @@ class PoolLimiter:
         asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
         listener = self._listener_pid
         now = time.monotonic()
-        async with self.db.acquire() as conn:
+        async with self._connection() as conn:
             try:
                 if listener is None:  # not listening: a grant from elsewhere could not be heard
                     grant = await limiter.try_acquire_many(conn, pool=self.pool, asked=asked, **self._limits_args())
@@ -646,7 +663,6 @@ class PoolLimiter:
         if recorded:
             for waiter in self._others(batch, grant)[len(grant.permit_ids):]:
                 waiter.recorded = True
-        await self._maybe_prune()
         return grant
 
     @staticmethod
@@ -778,7 +794,7 @@ class PoolLimiter:
         handed_to: int | None = None
         now = time.monotonic()
         try:
-            async with self.db.acquire() as conn:
+            async with self._connection() as conn:
                 try:
                     grant, handed_to = await limiter.release_and_grant(
                         conn, permit_id=permit.id, tokens_used=tokens_used, pool=self.pool, asked=asked,
