@@ -5,7 +5,8 @@ SUCCEEDED path: every job passes invoice-strict-v1's validation in full), in rea
 `python -m compare_peers.lading_noop_worker --processes 2 ...` (PYTHONPATH: hack/) is the
 supervisor; its worker processes are this module again (`supervising.CHILD_COMMAND`), so each
 builds the same provider. Logging is at WARNING, as for the in-process row (which configures
-none) and for Celery (`--loglevel WARNING`): `lading worker` itself logs one INFO line per attempt.
+none), for Celery (`--loglevel WARNING`) and for `lading worker` by default (`--log-level`); at INFO
+it would add one line per commit group and one per attempt that did not end well.
 Everything else is `lading worker` as shipped.
 """
 

@@ -69,18 +69,19 @@ async def resolve(
         queries.sql("job_resolve_reuse"),
         [j for j, _ in claimed], [f for _, f in claimed], worker_id, model, prompt_version, judging, wait_margin_s,
     )  # fmt: skip
-    return {
-        JobId(r["job_id"]): Decision(
-            kind=Kind(r["decision"]),
-            other_job=None if r["other_job"] is None else JobId(r["other_job"]),
-            waits=r["waits"] or 0,
-            result=r["result"],
-            validation=r["validation"],
-            saved_cost=r["saved_cost"],
-            saved_currency=r["saved_currency"],
-        )
-        for r in rows
-    }
+    return {JobId(r["job_id"]): LEAD if r["decision"] == Kind.LEAD else _decision(r) for r in rows}
+
+
+def _decision(row: asyncpg.Record) -> Decision:
+    return Decision(
+        kind=Kind(row["decision"]),
+        other_job=None if row["other_job"] is None else JobId(row["other_job"]),
+        waits=row["waits"] or 0,
+        result=row["result"],
+        validation=row["validation"],
+        saved_cost=row["saved_cost"],
+        saved_currency=row["saved_currency"],
+    )
 
 
 async def finish_reused_many(
