@@ -20,7 +20,10 @@ The tenant has maxQueuedJobs 1,000,000 (never reached), so every admission reads
 Each 202 leaves only after the commit that holds its document (synchronous_commit on). Reports
 p50/p95/p99 latency, errors by status, the achieved rate, the intake process's CPU seconds and
 PostgreSQL's (its client backends of the benchmark's database, from /proc), each also per accepted
-request, and the load average. Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no
+request, the load generator's own CPU (`load_cpu_s`, `load_cpu_ms_per_request`: it shares the
+machine's CPUs with both), and the load average. The load generator is a plain asyncio HTTP/1.1
+client over keep-alive connections, with each request's bytes spliced from a template, so it takes
+less of the CPUs from what it measures than a general client would (docs/benchmarks.md, `api`). Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no
 errors; saturation >= 2,000 documents/s.
 """
 
@@ -33,9 +36,9 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.parse
 from typing import Any
-
-import aiohttp
 
 from lading import access, intake
 from lading.db import api_tokens, registry
@@ -59,18 +62,80 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))] if ordered else 0.0
 
 
-def _body(n: int) -> bytes:
-    return json.dumps({"key": f"doc-{n}", "text": TEXT.format(n=n), "inferencePoolRef": "lading-system/bench"}).encode()
+BODY_TEMPLATE = json.dumps({"key": "doc-{n}", "text": TEXT, "inferencePoolRef": "lading-system/bench"})
+"""A POST's body with `{n}` where the document's number goes (json.dumps keeps the braces)."""
 
 
-async def _post(session: aiohttp.ClientSession, url: str, token: str, key: str, n: int) -> int:
-    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key, "Content-Type": "application/json"}
-    try:
-        async with session.post(url, data=_body(n), headers=headers) as response:
-            await response.read()
-            return response.status
-    except (aiohttp.ClientError, TimeoutError):  # counted as status 0: not answered
-        return 0
+class _Requests:
+    """The bytes of each POST, built by splicing: the load generator shares the machine's two CPUs
+    with the intake and PostgreSQL, so it spends as little as it can per request."""
+
+    def __init__(self, url: str, token: str) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 80
+        self.head = (f"POST {parsed.path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                     "Content-Type: application/json\r\n").encode()
+
+    def post(self, key: str, n: int) -> bytes:
+        body = BODY_TEMPLATE.replace("{n}", str(n)).encode()
+        return self.head + f"Idempotency-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+class _Connections:
+    """Keep-alive HTTP/1.1 connections, one request at a time each, opened as needed (at most
+    `limit`): a plain asyncio stream client, a fraction of a general client's CPU per request."""
+
+    def __init__(self, requests: _Requests, limit: int) -> None:
+        self.requests = requests
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.room = asyncio.Semaphore(limit)
+
+    async def post(self, key: str, n: int) -> int:
+        """The answer's status; 0 when none came (the connection failed)."""
+        async with self.room:
+            if self.idle:
+                reader, writer = self.idle.pop()
+            else:
+                try:
+                    reader, writer = await asyncio.open_connection(self.requests.host, self.requests.port)
+                except OSError:
+                    return 0
+            try:
+                writer.write(self.requests.post(key, n))
+                status, keep = await _answer(reader)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                writer.close()
+                return 0
+            if keep:
+                self.idle.append((reader, writer))
+            else:
+                writer.close()
+            return status
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """An answer's status, and whether the connection stays open; its body is read and dropped."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    length = 0
+    keep = True
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"connection" and value.strip().lower() == b"close":
+            keep = False
+    if length:
+        await reader.readexactly(length)
+    return status, keep
 
 
 async def _open_loop(url: str, token: str, rate: float, seconds: float, prefix: str) -> dict[str, Any]:
@@ -78,51 +143,70 @@ async def _open_loop(url: str, token: str, rate: float, seconds: float, prefix: 
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     lag: list[float] = []
-    connector = aiohttp.TCPConnector(limit=512)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        loop = asyncio.get_running_loop()
-        start = loop.time() + 0.2
+    connections = _Connections(_Requests(url, token), limit=512)
+    loop = asyncio.get_running_loop()
+    cpu = time.process_time()
+    start = loop.time() + 0.2
 
-        async def one(i: int) -> None:
-            scheduled = start + i / rate
-            await asyncio.sleep(max(0.0, scheduled - loop.time()))
-            lag.append(loop.time() - scheduled)
-            status = await _post(session, url, token, f"{prefix}-{i}", i)
-            latencies.append((loop.time() - scheduled) * 1000)
-            statuses[str(status)] = statuses.get(str(status), 0) + 1
+    async def one(i: int, scheduled: float) -> None:
+        lag.append(loop.time() - scheduled)
+        status = await connections.post(f"{prefix}-{i}", i)
+        latencies.append((loop.time() - scheduled) * 1000)
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
 
-        await asyncio.gather(*(one(i) for i in range(count)))
-        elapsed = loop.time() - start
+    # Request i is started once its time t0 + i/rate has come: one timer for the loop, not one per
+    # request, and each request's latency counted from its scheduled time, not from when it was sent.
+    sent: set[asyncio.Task[None]] = set()
+    i = 0
+    while i < count:
+        now = loop.time()
+        while i < count and start + i / rate <= now:
+            task = asyncio.create_task(one(i, start + i / rate))
+            sent.add(task)
+            task.add_done_callback(sent.discard)
+            i += 1
+        if i < count:
+            await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+    while sent:
+        await asyncio.gather(*list(sent))
+    elapsed = loop.time() - start
+    load_cpu = time.process_time() - cpu
+    connections.close()
     return {
         "offered_per_s": rate, "requests": count, "achieved_per_s": round(count / elapsed, 1),
         "p50_ms": round(_quantile(latencies, 0.50), 2), "p95_ms": round(_quantile(latencies, 0.95), 2),
         "p99_ms": round(_quantile(latencies, 0.99), 2), "max_ms": round(max(latencies), 2),
         "statuses": statuses, "errors": count - statuses.get("202", 0),
         "send_lag_p99_ms": round(_quantile(lag, 0.99) * 1000, 2),
+        "load_cpu_s": round(load_cpu, 2), "load_cpu_ms_per_request": _per_request_ms(load_cpu, count),
     }  # fmt: skip
 
 
-async def _closed_loop(url: str, token: str, clients: int, seconds: float) -> dict[str, Any]:
+async def _closed_loop(url: str, token: str, clients: int, seconds: float, prefix: str) -> dict[str, Any]:
     accepted = 0
     errors = 0
     counter = iter(range(10**9))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + seconds
+    connections = _Connections(_Requests(url, token), limit=clients)
+    loop = asyncio.get_running_loop()
+    cpu = time.process_time()
+    end = loop.time() + seconds
 
-        async def client() -> None:
-            nonlocal accepted, errors
-            while loop.time() < end:
-                n = next(counter)
-                if await _post(session, url, token, f"sat-{n}", n) == 202:
-                    accepted += 1
-                else:
-                    errors += 1
+    async def client() -> None:
+        nonlocal accepted, errors
+        while loop.time() < end:
+            n = next(counter)
+            if await connections.post(f"{prefix}-{n}", n) == 202:
+                accepted += 1
+            else:
+                errors += 1
 
-        started = loop.time()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = loop.time() - started
-    return {"clients": clients, "accepted_per_s": round(accepted / elapsed, 1), "errors": errors}
+    started = loop.time()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = loop.time() - started
+    load_cpu = time.process_time() - cpu
+    connections.close()
+    return {"clients": clients, "accepted_per_s": round(accepted / elapsed, 1), "errors": errors,
+            "load_cpu_s": round(load_cpu, 2), "load_cpu_ms_per_request": _per_request_ms(load_cpu, accepted + errors)}
 
 
 def load_main(argv: list[str]) -> int:
@@ -133,7 +217,7 @@ def load_main(argv: list[str]) -> int:
     if mode == "open":
         report = asyncio.run(_open_loop(url, token, float(arg), float(seconds), prefix))
     else:
-        report = asyncio.run(_closed_loop(url, token, int(arg), float(seconds)))
+        report = asyncio.run(_closed_loop(url, token, int(arg), float(seconds), prefix))
     print(json.dumps(report), flush=True)
     return 0
 

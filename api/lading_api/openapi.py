@@ -16,7 +16,8 @@ from typing import Any, Literal
 import pydantic
 import pydantic.json_schema
 
-from lading import __version__
+from lading import __version__, intake
+from lading.models import specs
 from lading_api import routes
 
 COMMITTED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
@@ -25,6 +26,29 @@ _REF = "#/components/schemas/{model}"
 IDEMPOTENCY_KEY_PATTERN = "^[\\x21-\\x7e]([\\x20-\\x7e]*[\\x21-\\x7e])?$"
 """What `app` accepts as an Idempotency-Key: printable ASCII, no space at either end."""
 Mode = Literal["validation", "serialization"]
+
+_SEGMENT = r"(?:[A-Za-z0-9_-][A-Za-z0-9._-]*|\.[A-Za-z0-9_-][A-Za-z0-9._-]*|\.\.[A-Za-z0-9._-]+)"
+DOCUMENT_KEY_STRICT = f"^{_SEGMENT}(?:/{_SEGMENT})*$"
+"""A document key as the intake accepts it: `specs.DOCUMENT_KEY_PATTERN` without the empty, `.` and
+`..` segments its validator refuses (no lookahead: generators of strings from patterns lack it)."""
+_PORT = r"(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_HOST = r"[A-Za-z0-9._~!$&'()*+,;=%-]+"
+MANIFEST_URI_STRICT = f"^(?:file://(?:localhost)?/[^\\s\\x00]*|https?://{_HOST}(?::{_PORT})?(?:[/?#][^\\s\\x00]*)?)$"
+"""A manifest URI as the intake accepts it (`specs.MANIFEST_URI_PATTERN` and its validator): file://
+with an absolute path, or http(s):// with a host, a port that parses and no credentials. Stricter
+than the server by a little: IPv6 and non-ASCII hosts, which it also accepts, are left out."""
+STRICTER_PATTERNS = {specs.DOCUMENT_KEY_PATTERN: DOCUMENT_KEY_STRICT, specs.MANIFEST_URI_PATTERN: MANIFEST_URI_STRICT}
+"""The models' patterns whose fields a validator checks further, with what they accept in all: the
+document says what the intake accepts, so requests generated from it are not mostly refused."""
+_ONE_SOURCE = [
+    {"required": ["text"], "properties": {
+        "text": {"type": "string"}, "uri": {"type": "null"}, "sha256": {"type": "null"}, "bytes": {"type": "null"},
+    }},
+    {"required": ["uri", "sha256", "bytes"], "properties": {
+        "text": {"type": "null"}, "uri": {"type": "string"}, "sha256": {"type": "string"}, "bytes": {"type": "integer"},
+    }},
+]  # fmt: skip
+"""A document's source, as its validator wants it: `text`, or `uri` with `sha256` and `bytes`, never both."""
 
 
 def document() -> dict[str, Any]:
@@ -38,7 +62,7 @@ def document() -> dict[str, Any]:
         [(model, "validation" if _is_request(model) else "serialization") for model in unique],
         by_alias=True, ref_template=_REF,
     )  # fmt: skip
-    schemas = dict(definitions.get("$defs", {}))
+    schemas = _stricter(dict(definitions.get("$defs", {})))
     paths: dict[str, dict[str, Any]] = {}
     for route in routes.ROUTES:
         operation: dict[str, Any] = {"operationId": route.operation_id, "summary": route.summary, "responses": {}}
@@ -95,6 +119,22 @@ def document() -> dict[str, Any]:
                                            "description": "A token from `lading tokens create`."}},
         },
     }
+
+
+def _stricter(schemas: dict[str, Any]) -> dict[str, Any]:
+    """The models' schemas with what their validators check beyond JSON Schema said in it too."""
+    tightened: dict[str, Any] = json.loads(json.dumps(schemas), object_hook=_strict_pattern)
+    document = tightened.get(intake.DocumentRequest.__name__)
+    if document is not None:
+        document["oneOf"] = _ONE_SOURCE
+    return tightened
+
+
+def _strict_pattern(schema: dict[str, Any]) -> dict[str, Any]:
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and pattern in STRICTER_PATTERNS:
+        schema["pattern"] = STRICTER_PATTERNS[pattern]
+    return schema
 
 
 def _is_request(model: type[pydantic.BaseModel]) -> bool:
