@@ -173,13 +173,14 @@ async def _accept(
     try:
         async with conn.transaction():
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
-            await jobs.set_local_insert_settings(conn, counted_by_caller=True)
             stored = await batches.get_by_key(conn, tenant=request.tenant, idempotency_key=request.idempotency_key)
             if stored is not None:
                 # Accepted before: nothing to write, only the request hashes to compare. (A lookup,
-                # not the decision: the key's unique index still decides below.)
+                # not the decision: the key's unique index still decides below.) The insert
+                # settings are left alone, so a caller's transaction goes on counted by the triggers.
                 digests = _HashedTexts(request.documents).digests
                 return await _existing(conn, request, _batch_hash(request, digests), stored=stored)
+            await jobs.set_local_insert_settings(conn, counted_by_caller=True)
             job_ids = await jobs.allocate_ids(conn, count=len(request.documents))
             # The documents go first: their texts are hashed as the COPY sends them, so the
             # server inserts one chunk of documents while the next chunk's SHA-256s are computed.

@@ -11,6 +11,7 @@ import pytest
 
 from lading import accepting, errors, failpoints
 from lading.db import job_rows, pool
+from lading.ids import BatchId, JobId
 from lading.jobs import hashing
 from tests.support import factories
 from tests.support import waiting as waiting_support
@@ -215,3 +216,31 @@ async def _until_waiting_on_a_lock(conn: asyncpg.Connection, *, count: int) -> N
         return n >= count
 
     await waiting_support.until(waiting)
+
+
+@pytest.mark.parametrize(
+    "deadline_at",
+    [
+        dt.datetime(2031, 5, 6, 7, 8, 9, 123_456, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        dt.datetime(1999, 12, 31, 23, 59, 59, 500_000, tzinfo=dt.UTC),  # before PostgreSQL's epoch
+    ],
+)
+async def test_the_binary_job_rows_store_every_shared_value_exactly(
+        db: asyncpg.Connection, deadline_at: dt.datetime
+) -> None:
+    shared = job_rows.SharedJobValues(
+        tenant="ténant", batch_id=BatchId(2**40 + 3), pool="ns/pool-ü", schema="invoice.v1",
+        validation_policy="strict", priority=2, max_attempts=7, deadline_at=deadline_at,
+    )  # fmt: skip
+    digest, request_hash = "0" * 64, "f" * 64
+    async with db.transaction():
+        await job_rows.copy_jobs(db, shared, [(JobId(2**41 + 5), 9, "kéy 🧾", request_hash.encode(), digest.encode())])
+        row = await db.fetchrow("SELECT * FROM extraction_jobs")
+    assert row is not None
+    assert (row["id"], row["ordinal"], row["document_key"], row["request_hash"], row["content_sha256"]) == (
+        2**41 + 5, 9, "kéy 🧾", request_hash, digest
+    )
+    assert (
+        row["tenant"], row["batch_id"], row["pool"], row["schema"], row["validation_policy"], row["priority"],
+        row["max_attempts"], row["deadline_at"],
+    ) == ("ténant", 2**40 + 3, "ns/pool-ü", "invoice.v1", "strict", 2, 7, deadline_at)  # fmt: skip

@@ -153,3 +153,9 @@ async def test_an_inline_batch_counts_itself_and_the_next_insert_is_counted_by_t
         await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k2",
                                       request_digest="d2")
     assert await counted(db) == await real(db) == {"acme": (8, 2 * sum(len(t.encode()) for t in texts) + 40)}
+    # So is what follows a batch accepted again (the idempotent path writes nothing of its own).
+    async with db.transaction():
+        await applying.admit_batch(db, batch("april", texts=texts))
+        await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k3",
+                                      request_digest="d3")
+    assert await counted(db) == await real(db) == {"acme": (9, 2 * sum(len(t.encode()) for t in texts) + 60)}
