@@ -158,7 +158,7 @@ async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int
     learned = dict(await conn.fetch("SELECT schema, factor FROM limiter_estimates"))
     # What the limiter counted for the permits of its own first 60 s, against what the stub counted.
     counted = await conn.fetchrow(
-        "SELECT count(*) AS permits, sum(coalesce(tokens_used, tokens_reserved)) AS tokens FROM limiter_permits"
+        "SELECT count(*) AS permits, sum(coalesce(tokens_used, tokens_reserved))::bigint AS tokens FROM limiter_permits"
         " WHERE acquired_at < (SELECT min(acquired_at) FROM limiter_permits) + interval '60 seconds'"
     )
     # The run: the first 60 s from the first request the server admitted.
