@@ -367,15 +367,22 @@ class PoolLimiter:
             await listener.add_listener(RELEASED_CHANNEL, self._heard)
             listener.add_termination_listener(self._listener_terminated)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            logger.warning("Cannot LISTEN for pool %s's limiter releases, polling only for now: %s", self.pool, exc)
+            # Warned once until a try succeeds: a server that never allows LISTEN is retried quietly.
+            log = logger.debug if self._listen_again_at else logger.warning
+            log("Cannot LISTEN for pool %s's limiter releases, polling only for now: %s", self.pool, exc)
             self._listen_again_at = time.monotonic() + self.settings.relisten_s
             if listener is not None:
                 with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                     await self.db.release(listener)
             return
+        except BaseException:  # cancelled (the attempt that asked gave up): the connection goes back
+            if listener is not None:
+                await self.db.release(listener)
+            raise
         finally:
             self._connecting = False
         self._listener, self._listener_pid = listener, listener.get_server_pid()
+        self._listen_again_at = 0.0
         for waiter in self._queue:
             waiter.recorded = False  # any recorded before were recorded under a pid no release grants to
 

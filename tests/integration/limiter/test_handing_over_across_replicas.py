@@ -271,3 +271,39 @@ async def test_the_waiters_recorded_for_a_pool_go_with_the_pool(
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_a_replica_that_could_not_listen_at_first_tries_again(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = asyncpg.Connection.add_listener
+    refusals = [OSError("LISTEN refused")]
+
+    async def refused_once(conn: asyncpg.Connection, channel: str, callback: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        await original(conn, channel, callback)
+
+    monkeypatch.setattr(asyncpg.Connection, "add_listener", refused_once)
+    here = limiter(replicas[0])
+    there = limiting.PoolLimiter(
+        replicas[1], pool=POOL,
+        limits=limiting.Limits(requests_per_minute=10_000, tokens_per_minute=10_000_000, max_concurrency=1),
+        settings=limiting.LimiterSettings(concurrency_poll_s=0.05, relisten_s=0.2, burst_s=60),
+    )  # fmt: skip
+    _made.append(there)
+    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
+
+    async def listening_and_recorded() -> bool:  # a later round listened, then recorded the attempt under its pid
+        pid = await db.fetchval("SELECT listener FROM limiter_waiters WHERE job_id = 2")
+        return pid is not None and pid == there._listener_pid
+
+    await waiting.until(listening_and_recorded, timeout_s=10)
+    assert not refusals
+
+    await here.release(held, tokens_used=1)
+    async with asyncio.timeout(10):
+        permit = await waiter
+    assert await same_transaction(db, held.id, permit.id)
+    await there.release(permit, tokens_used=1)
