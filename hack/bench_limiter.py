@@ -17,8 +17,9 @@ flight each, against hack/stub_model.py enforcing the same limits as the pool.
                   time from each release to the grant that refilled its slot, where a permit's
                   hold beyond the call went (grant to the request's arrival at the stub, the
                   stub's answer to the release), the CPU of the workers, the stub and the
-                  workers' PostgreSQL backends, and the calls and time of each limiter function
-                  in the database (track_functions)
+                  workers' PostgreSQL backends, the calls and time of each limiter function
+                  in the database (track_functions), and how late the workers' event loop
+                  wakes a task that sleeps 10 ms (`loop_lag_*`)
 
 The stub counts tokens like a hosted API (`--accounting reserved`: prompt + max_tokens when a
 request arrives, for the whole window, whatever the answer used). In the drain phases it
@@ -181,6 +182,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
         await _track_functions(conn)
         stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]), time.process_time()
         async with workers(url):
+            lags: list[float] = []
+            lagging = asyncio.create_task(_loop_lag(lags))
             started, started_wall = time.perf_counter(), time.time()
             while True:
                 left = await conn.fetchval(
@@ -190,6 +193,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
                     break
                 await asyncio.sleep(0.05)
             drained_s = time.perf_counter() - started
+            lagging.cancel()
             stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]) - stub_cpu, time.process_time() - own_cpu
             # The workers' backends, opened with their connection pools: PostgreSQL's CPU for the run.
             backends = await conn.fetch(
@@ -227,7 +231,25 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2),
                       "postgres_backends": round(db_cpu, 2)},
             "limiter_functions": functions,
+            **_lag_summary(lags),
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
+
+
+async def _loop_lag(lags: list[float], *, every_s: float = 0.01) -> None:
+    """How late the workers' event loop (one loop for the three workers and this bench) wakes a
+    task that sleeps `every_s`: the wait any ready callback, a permit's hand-over included, has."""
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(every_s)
+        lags.append(time.perf_counter() - before - every_s)
+
+
+def _lag_summary(lags: list[float]) -> dict[str, float | None]:
+    if not lags:
+        return {"loop_lag_mean_ms": None, "loop_lag_p90_ms": None}
+    ordered = sorted(lags)
+    return {"loop_lag_mean_ms": round(sum(ordered) / len(ordered) * 1000, 2),
+            "loop_lag_p90_ms": round(ordered[int(len(ordered) * 0.9)] * 1000, 2)}
 
 
 def _hold_parts(holds: asyncpg.Record, admitted: list[tuple[float, int]], *, latency_ms: float) -> dict[str, float]:
