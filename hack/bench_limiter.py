@@ -232,6 +232,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
                       "postgres_backends": round(db_cpu, 2)},
             "limiter_functions": functions,
             **_lag_summary(lags),
+            "stub_answer_late_ms": stats.get("answer_late_mean_ms"),
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
 
 

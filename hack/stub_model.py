@@ -28,9 +28,10 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
   "truncated"|"hang", "count": N, "retry_after": S}` makes the next N requests fail that way
   (503 is vLLM's overload answer, with Retry-After).
 - `GET /admin/stats`: requests, answers by status, most requests/tokens seen in any 60 s window
-  and requests in any second, most concurrent requests, each request's arrival time (unix
-  seconds, the last `--keep-log`, 10,000 by default) and each admitted request's arrival and
-  tokens. `arrivals_total` and `admitted_total` count every one since the start; with
+  and requests in any second, most concurrent requests, with `--latency-from-arrival` how late
+  on average an answer went out after its arrival + latency (`answer_late_mean_ms`: the stub's
+  own event loop), each request's arrival time (unix seconds, the last `--keep-log`, 10,000 by
+  default) and each admitted request's arrival and tokens. `arrivals_total` and `admitted_total` count every one since the start; with
   `?arrivals_after=N&admitted_after=M` (earlier totals) only the entries after those come back,
   so a poller streams the whole log however long the run (it misses entries only when more than
   `--keep-log` arrive between two polls, and can tell by the totals).
@@ -64,6 +65,8 @@ class Stub:
         self.args = args
         self.in_flight = 0
         self.max_concurrent = 0
+        self.late_s = 0.0  # with --latency-from-arrival: how much later than arrival + latency answers went out
+        self.late_answers = 0  # the answers `late_s` sums over
         self.window: collections.deque[tuple[float, int]] = collections.deque()  # (arrival, tokens) admitted
         self.window_tokens = 0
         self.max_window_requests = 0
@@ -130,9 +133,13 @@ class Stub:
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
         try:
             latency = max(0.0, random.gauss(a.latency_ms, a.jitter_ms) / 1000) if a.jitter_ms else a.latency_ms / 1000
+            due = arrived + latency
             if a.latency_from_arrival:
                 latency = max(0.0, latency - (time.time() - arrived))  # its own work is part of the latency
             await asyncio.sleep(latency)
+            if a.latency_from_arrival:
+                self.late_s += max(0.0, time.time() - due)
+                self.late_answers += 1
         finally:
             self.in_flight -= 1
         self.statuses[200] += 1
@@ -244,6 +251,8 @@ class Stub:
             "max_window_requests": self.max_window_requests, "max_second_requests": self.max_second_requests,
             "max_window_tokens": self.max_window_tokens,
             "max_concurrent": self.max_concurrent, "in_flight": self.in_flight,
+            "answer_late_mean_ms": round(self.late_s / self.late_answers * 1000, 2)
+            if self.late_answers else None,
             "arrivals": _after(list(self.arrivals), total=self.arrivals_total, after=arrivals_after),
             "arrivals_total": self.arrivals_total, "admitted_total": self.admitted_total,
             "refusals": dict(self.refusals), "faults_left": sum(f["count"] for f in self.faults),
