@@ -736,12 +736,12 @@ async def _submit_group(
         fresh = [i for i in todo if group[i].identity in claimed.job_ids]
         job_ids = {i: claimed.job_ids[group[i].identity] for i in fresh}
         verdicts = await applying.check_documents(conn, [checks[i] for i in fresh], context=claimed.context)
-        unclaimed: list[submissions.RowId] = []
+        unclaimed: list[tuple[str, str]] = []
         by_batch: dict[str, tuple[_Group, list[tuple[int, applying.Admissible]]]] = {}
         for i, verdict in zip(fresh, verdicts, strict=True):
             if isinstance(verdict, applying.AdmissionRejected):
                 outcomes[i] = verdict
-                unclaimed.append(claimed.rows[group[i].identity])
+                unclaimed.append(group[i].identity)
                 continue
             pool = verdict.pool
             endpoint = checks[i].endpoint
@@ -789,27 +789,26 @@ def _check_of(pending: _Pending) -> applying.DocumentCheck:
 def _finish(
         group: Sequence[_Pending],
         outcomes: Sequence[Submission | Recorded | Exception | None],
-        recorded: Mapping[tuple[str, str], submissions.RowId],
+        recorded: set[tuple[str, str]],
         *,
         queues: set[tuple[PoolName, TenantName]],
-        unclaimed: Sequence[submissions.RowId],
+        unclaimed: Sequence[tuple[str, str]],
 ) -> submissions.Finish:
     """What the group's last statement writes: the queues of the accepted documents, the keys of the
     refused ones released, and the answers of the POSTs whose records this transaction claimed: a
     submission's 202 written, a refusal's key released (a refusal is not kept: the key can be
     retried once the cause is fixed)."""
     answers: list[submissions.Answer] = []
-    released: list[submissions.RowId] = []
+    released: list[tuple[str, str]] = []
     for pending, outcome in zip(group, outcomes, strict=True):
-        row = recorded.get(pending.identity)
-        if row is None:
+        if pending.identity not in recorded:
             continue
         if isinstance(outcome, Submission):
             assert pending.answer is not None, "only a POST has a record"
             location, body = pending.answer(outcome)
-            answers.append(submissions.Answer(row, 202, location, body))
+            answers.append(submissions.Answer(pending.namespace, pending.idempotency_key, 202, location, body))
         else:
-            released.append(row)
+            released.append(pending.identity)
     return submissions.Finish(queues=sorted(queues), unclaimed=unclaimed, released=released, answers=answers)
 
 

@@ -103,11 +103,6 @@ async def append_jobs(
 # --- A group's whole acceptance in few round trips (`lading.intake`): its first and last statements.
 
 
-RowId = tuple[int, int]
-"""A row's ctid (block, offset): how a group's last statement finds the rows its first inserted
-(stable until the transaction ends: no other transaction can change a row it has not committed)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class GroupClaim:
     """One document of `claim_group`: its (namespace, idempotency key) and request digest."""
@@ -124,13 +119,10 @@ class GroupClaim:
 class GroupClaimed:
     """What `claim_group` took, and the admission context it read."""
 
-    recorded: dict[tuple[str, str], RowId]
-    """The POSTs' records that are this transaction's now, with their rows (the others were
-    answered before)."""
+    recorded: set[tuple[str, str]]
+    """The POSTs' records that are this transaction's now (the others were answered before)."""
     job_ids: dict[tuple[str, str], JobId]
     """The document keys claimed, each with its new job id (the others are taken: repeats)."""
-    rows: dict[tuple[str, str], RowId]
-    """The rows of the document keys claimed."""
     context: registry.AdmissionContext
     picked: batches.OpenRolling | None = None
     """The open rolling batch picked and locked for `claim_group`'s `pick_key`, if any."""
@@ -171,18 +163,7 @@ async def claim_group(
         )  # fmt: skip
     return GroupClaimed(
         picked=picked,
-        recorded={
-            (namespace, key): row_id
-            for namespace, key, row_id in zip(
-                row["recorded_namespaces"], row["recorded_keys"], row["recorded_row_ids"], strict=True
-            )
-        },
-        rows={
-            (namespace, key): row_id
-            for namespace, key, row_id in zip(
-                row["claimed_namespaces"], row["claimed_keys"], row["claimed_row_ids"], strict=True
-            )
-        },
+        recorded=set(zip(row["recorded_namespaces"], row["recorded_keys"], strict=True)),
         job_ids={
             (namespace, key): JobId(job_id)
             for namespace, key, job_id in zip(
@@ -204,9 +185,10 @@ class Appending:
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
-    """The 202 recorded for a POST's Idempotency-Key, in the record's row `claim_group` inserted."""
+    """The 202 recorded for a POST's Idempotency-Key (`api_requests.answer_many`'s)."""
 
-    row: RowId
+    namespace: str
+    key: str
     status: int
     location: str
     body: dict[str, Any]
@@ -219,10 +201,10 @@ class Finish:
     queues: Sequence[tuple[PoolName, str]] = ()
     """(pool, tenant) queues to register for fair claiming (`fairness.register_queue`); their
     pools' idle claimers are woken at commit."""
-    unclaimed: Sequence[RowId] = ()
-    """Rows of document keys this transaction claimed for documents it refused: released."""
-    released: Sequence[RowId] = ()
-    """Rows of POST records this transaction claimed for documents it did not accept: dropped."""
+    unclaimed: Sequence[tuple[str, str]] = ()
+    """Document keys this transaction claimed for documents it refused: released."""
+    released: Sequence[tuple[str, str]] = ()
+    """POST records this transaction claimed for documents it did not accept: dropped."""
     answers: Sequence[Answer] = ()
     """POST records this transaction claimed for documents it accepted: their answers."""
 
@@ -241,7 +223,10 @@ async def append_and_finish(conn: asyncpg.Connection, appending: Appending | Non
         None if shared is None else shared.pool, None if shared is None else shared.schema,
         None if shared is None else shared.validation_policy, None if shared is None else shared.priority,
         None if shared is None else shared.max_attempts, None if shared is None else float(shared.deadline_s),
-        [pool for pool, _ in queues], [tenant for _, tenant in queues], list(finish.unclaimed), list(finish.released),
-        [a.row for a in finish.answers], [a.status for a in finish.answers], [a.location for a in finish.answers],
-        [orjson.dumps(a.body).decode() for a in finish.answers], sorted({pool for pool, _ in queues}),
+        [pool for pool, _ in queues], [tenant for _, tenant in queues],
+        [k[0] for k in finish.unclaimed], [k[1] for k in finish.unclaimed],
+        [k[0] for k in finish.released], [k[1] for k in finish.released],
+        [a.namespace for a in finish.answers], [a.key for a in finish.answers], [a.status for a in finish.answers],
+        [a.location for a in finish.answers], [orjson.dumps(a.body).decode() for a in finish.answers],
+        sorted({pool for pool, _ in queues}),
     )  # fmt: skip

@@ -80,8 +80,7 @@ SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha
 -- (0.1 to 0.3 ms each) for a plan no better on the few rows a group touches.
 -- The InitPlans order the steps: `wait` is read before the first record is inserted, `recorded`
 -- (every record's claim) before the first key is. Returns one row: the records and keys claimed
--- (as arrays, with their rows' ctids: the transaction's last statement addresses the rows it
--- inserted by them), the context, and the batch picked (its columns NULL when none).
+-- (as arrays), the context, and the batch picked (its columns NULL when none).
 WITH wait AS MATERIALIZED (
     SELECT set_config('lock_timeout', $5, true) AS lock_timeout
 ), given AS MATERIALIZED (
@@ -94,12 +93,11 @@ WITH wait AS MATERIALIZED (
      WHERE g.recorded AND (SELECT lock_timeout FROM wait) IS NOT NULL
      ORDER BY g.n
     ON CONFLICT (namespace, idempotency_key) DO NOTHING
-    RETURNING namespace, idempotency_key, ctid
+    RETURNING namespace, idempotency_key
 ), recorded AS MATERIALIZED (
     SELECT set_config('lock_timeout', $6, true) || set_config('plan_cache_mode', 'force_generic_plan', true)
                AS lock_timeout,
-           coalesce(array_agg(r.namespace), '{}') AS namespaces, coalesce(array_agg(r.idempotency_key), '{}') AS keys,
-           coalesce(array_agg(r.ctid), '{}') AS row_ids
+           coalesce(array_agg(r.namespace), '{}') AS namespaces, coalesce(array_agg(r.idempotency_key), '{}') AS keys
       FROM records r
 ), claimed AS (
     INSERT INTO document_submissions (namespace, idempotency_key, request_digest, job_id)
@@ -110,7 +108,7 @@ WITH wait AS MATERIALIZED (
                 SELECT * FROM unnest((SELECT namespaces FROM recorded), (SELECT keys FROM recorded))))
      ORDER BY g.n
     ON CONFLICT (namespace, idempotency_key) DO NOTHING
-    RETURNING namespace, idempotency_key, job_id, ctid
+    RETURNING namespace, idempotency_key, job_id
 ), asked AS (
     SELECT $7::text[] AS namespaces, $8::text[] AS pools, $9::text[] AS endpoints
 ), wanted AS (
@@ -119,15 +117,14 @@ WITH wait AS MATERIALIZED (
 ), picked AS (
     SELECT * FROM {{batch_rolling_pick}} AS p
 )
-SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys, r.row_ids AS recorded_row_ids,
+SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
        coalesce(c.namespaces, '{}') AS claimed_namespaces, coalesce(c.keys, '{}') AS claimed_keys,
-       coalesce(c.job_ids, '{}') AS claimed_job_ids, coalesce(c.row_ids, '{}') AS claimed_row_ids,
+       coalesce(c.job_ids, '{}') AS claimed_job_ids,
        {{admission_context}} AS context,
        p.id AS picked_id, p.namespace AS picked_namespace, p.name AS picked_name, p.total_jobs AS picked_total_jobs,
        p.taking AS picked_taking, p.key_taken AS picked_key_taken
   FROM recorded r
- CROSS JOIN (SELECT array_agg(namespace) AS namespaces, array_agg(idempotency_key) AS keys, array_agg(job_id) AS job_ids,
-                    array_agg(ctid) AS row_ids
+ CROSS JOIN (SELECT array_agg(namespace) AS namespaces, array_agg(idempotency_key) AS keys, array_agg(job_id) AS job_ids
                FROM claimed) AS c
   LEFT JOIN picked p ON true;
 
@@ -136,13 +133,10 @@ SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys, r.row_ids A
 --   submission_jobs_append's documents ($1 to $15; $1 NULL and empty arrays: none)
 --   the tenants' queues registered for fair claiming: pool $16[i], tenant $17[i] (a no-op when
 --   registered)
---   keys released that the transaction claimed for refused documents: rows $18 (ctids) of
---   document_submissions, rows $19 of api_requests (a refused POST keeps no record)
---   the POSTs' answers: row $20[i] of api_requests, status $21[i], Location $22[i], body $23[i]
---   (JSON)
---   the idle claimers of pools $24 woken at commit (NOTIFY lading_jobs, as job_notify_available)
--- The rows are those submission_claim_group inserted in this transaction, found by their ctids
--- (a TID scan, whatever the tables' statistics: the plan is a generic one, made once)
+--   keys released that the transaction claimed for refused documents: ($18[i], $19[i]) of
+--   document_submissions, ($20[i], $21[i]) of api_requests (a refused POST keeps no record)
+--   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON)
+--   the idle claimers of pools $27 woken at commit (NOTIFY lading_jobs, as job_notify_available)
 WITH given AS (
     SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
            WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
@@ -166,12 +160,17 @@ WITH given AS (
     SELECT * FROM unnest($16::text[], $17::text[])
     ON CONFLICT DO NOTHING
 ), unclaimed AS (
-    DELETE FROM document_submissions WHERE ctid = ANY ($18::tid[])
+    DELETE FROM document_submissions s
+     USING unnest($18::text[], $19::text[]) AS k(namespace, idempotency_key)
+     WHERE s.namespace = k.namespace AND s.idempotency_key = k.idempotency_key
 ), released AS (
-    DELETE FROM api_requests WHERE ctid = ANY ($19::tid[])
+    DELETE FROM api_requests r
+     USING unnest($20::text[], $21::text[]) AS k(namespace, idempotency_key)
+     WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
 ), answered AS (
     UPDATE api_requests r SET status = k.status, location = k.location, body = k.body::jsonb
-      FROM unnest($20::tid[], $21::integer[], $22::text[], $23::text[]) AS k(row_id, status, location, body)
-     WHERE r.ctid = ANY ($20::tid[]) AND r.ctid = k.row_id
+      FROM unnest($22::text[], $23::text[], $24::integer[], $25::text[], $26::text[])
+           AS k(namespace, idempotency_key, status, location, body)
+     WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
 )
-SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($24::text[]) AS pool;
+SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($27::text[]) AS pool;
