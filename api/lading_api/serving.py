@@ -44,18 +44,11 @@ async def _pool(dsn: str, size: int) -> asyncpg.Pool:
     """No connection is opened up front: the intake starts (and answers 503) while the database is down."""
     created = await asyncpg.create_pool(
         dsn, min_size=0, max_size=size, init=dbpool.init_connection, server_settings=SERVER_SETTINGS,
-        reset=_keep_session,
+        reset=dbpool.keep_session,  # a POST waited for the reset's round trip: nothing needs it
     )  # fmt: skip
     assert created is not None
     return created
 
-
-async def _keep_session(_: asyncpg.Connection) -> None:
-    """A connection goes back to its pool without asyncpg's reset query (advisory locks, cursors,
-    LISTEN, settings: one more round trip for each, which a POST waited for): the intake leaves
-    none of these behind. It sets only transaction-local settings (SET LOCAL), takes only
-    transaction-level advisory locks, keeps cursors inside transactions and listens on none of
-    these connections. asyncpg still rolls back a transaction left open before this is called."""
 
 
 @contextlib.asynccontextmanager

@@ -39,7 +39,30 @@ async def connect(dsn: str) -> asyncpg.Connection:
     return conn
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init_connection)
+async def keep_session(_: asyncpg.Connection) -> None:
+    """A pool's `reset`: a connection goes back to its pool without asyncpg's reset query (which
+    releases session advisory locks, closes cursors, UNLISTENs and resets settings, in one more
+    round trip per acquire: per attempt where a limiter grants and releases permits).
+
+    Only for pools whose users leave no session state behind: settings only SET LOCAL, advisory
+    locks only transaction-level, cursors only inside transactions, and every LISTEN removed
+    (`remove_listener` sends the UNLISTEN) before its connection is released. Session-level locks
+    (`lading_elected`) and migrations use connections of their own. asyncpg still rolls back a
+    transaction left open before this is called."""
+
+
+async def create_pool(
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        reset_sessions: bool = True,
+) -> asyncpg.Pool:
+    """`reset_sessions` False: `keep_session` instead of asyncpg's reset query (see there when
+    that is safe)."""
+    pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=init_connection,
+        reset=None if reset_sessions else keep_session,
+    )  # fmt: skip
     assert pool is not None
     return pool

@@ -225,7 +225,10 @@ async def run_worker(
 ) -> None:
     """Open a pool sized for the worker's loops and run one Worker until `stop`. `elected` False:
     this process does not stand for the elected jobs (its supervisor does, `lading worker --processes`)."""
-    db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0))
+    # No reset query on release: the limiter acquires and releases per attempt, and the worker's
+    # connections keep no session state (`dbpool.keep_session`).
+    db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0),
+                                  reset_sessions=False)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if elected:
