@@ -806,7 +806,8 @@ def _finish(
         if isinstance(outcome, Submission):
             assert pending.answer is not None, "only a POST has a record"
             location, body = pending.answer(outcome)
-            answers.append(submissions.Answer(pending.namespace, pending.idempotency_key, 202, location, body))
+            answers.append(submissions.Answer(pending.namespace, pending.idempotency_key, 202, location, body,
+                                              pending.request_digest))
         else:
             released.append(pending.identity)
     return submissions.Finish(queues=sorted(queues), unclaimed=unclaimed, released=released, answers=answers)

@@ -192,6 +192,7 @@ class Answer:
     status: int
     location: str
     body: dict[str, Any]
+    request_digest: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,5 +229,5 @@ async def append_and_finish(conn: asyncpg.Connection, appending: Appending | Non
         [k[0] for k in finish.released], [k[1] for k in finish.released],
         [a.namespace for a in finish.answers], [a.key for a in finish.answers], [a.status for a in finish.answers],
         [a.location for a in finish.answers], [orjson.dumps(a.body).decode() for a in finish.answers],
-        sorted({pool for pool, _ in queues}),
+        sorted({pool for pool, _ in queues}), [a.request_digest for a in finish.answers],
     )  # fmt: skip

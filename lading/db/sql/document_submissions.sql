@@ -135,7 +135,8 @@ SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
 --   registered)
 --   keys released that the transaction claimed for refused documents: ($18[i], $19[i]) of
 --   document_submissions, ($20[i], $21[i]) of api_requests (a refused POST keeps no record)
---   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON)
+--   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON),
+--   request digest $28[i]
 --   the idle claimers of pools $27 woken at commit (NOTIFY lading_jobs, as job_notify_available)
 WITH given AS (
     SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
@@ -168,9 +169,13 @@ WITH given AS (
      USING unnest($20::text[], $21::text[]) AS k(namespace, idempotency_key)
      WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
 ), answered AS (
-    UPDATE api_requests r SET status = k.status, location = k.location, body = k.body::jsonb
-      FROM unnest($22::text[], $23::text[], $24::integer[], $25::text[], $26::text[])
-           AS k(namespace, idempotency_key, status, location, body)
-     WHERE r.namespace = k.namespace AND r.idempotency_key = k.idempotency_key
+    -- Each record exists (this transaction's claim inserted it): written through the conflict on
+    -- its key, which finds it by the primary key whatever plan the statement runs.
+    INSERT INTO api_requests AS r (namespace, idempotency_key, request_sha256, status, location, body)
+    SELECT k.namespace, k.idempotency_key, k.request_sha256, k.status, k.location, k.body::jsonb
+      FROM unnest($22::text[], $23::text[], $24::integer[], $25::text[], $26::text[], $28::text[])
+           AS k(namespace, idempotency_key, status, location, body, request_sha256)
+    ON CONFLICT (namespace, idempotency_key) DO UPDATE
+       SET status = EXCLUDED.status, location = EXCLUDED.location, body = EXCLUDED.body
 )
 SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($27::text[]) AS pool;
