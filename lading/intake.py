@@ -595,8 +595,9 @@ class GroupSubmitter:
             self._release_later(conn)
 
     def _release_later(self, conn: asyncpg.Connection) -> None:
-        """Hand `conn` back to the pool without the group's callers waiting for it: the pool resets
-        a connection it gets back (a round trip), and the answers need nothing more from it."""
+        """Hand `conn` back to the pool without the group's callers waiting for it: a pool that
+        resets the connections it gets back (asyncpg's default) spends a round trip on it, and the
+        answers need nothing more from the connection."""
         release = asyncio.create_task(self.db.release(conn))
         self._releases.add(release)
         release.add_done_callback(self._released)
