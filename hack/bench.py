@@ -338,10 +338,12 @@ def _cpu_s() -> float:
 async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     import uuid
 
-    from lading.db import jobs as dbjobs
+    from lading.db import job_rows as dbjob_rows
 
     texts = invoice_texts(ACCEPT_DOCUMENTS)
     requests = [batch_request(f"accept-{rep}", texts) for rep in range(ACCEPT_REPETITIONS)]
+    # The plain COPY writes the columns acceptance's job COPY fills (id first), in its order.
+    batch_at, key_at = dbjob_rows.JOB_COLUMNS.index("batch_id"), dbjob_rows.JOB_COLUMNS.index("document_key")
     conn = await dbpool.connect(url)
     tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
     backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
@@ -375,20 +377,20 @@ async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
                 raise RuntimeError(f"batch {request.name} was not accepted as new: {accepted.created}")
             if not copy_rows:
                 copy_rows = [tuple(r) for r in await conn.fetch(
-                    f"SELECT {', '.join(dbjobs.NEW_JOB_COLUMNS)} FROM extraction_jobs WHERE batch_id = $1 ORDER BY id",
+                    f"SELECT {', '.join(dbjob_rows.JOB_COLUMNS)} FROM extraction_jobs WHERE batch_id = $1 ORDER BY id",
                     accepted.batch_id,
                 )]  # fmt: skip
             offset = (rep + 1) * 10 * ACCEPT_DOCUMENTS
             job_rows = [(row[0] + offset, *row[1:]) for row in copy_rows]
             outbox_rows = [
                 (uuid.uuid4(), "job", job[0], "extraction.accepted.v1",
-                 json.dumps({"jobId": job[0], "batchId": job[2], "documentKey": job[4]}))
+                 json.dumps({"jobId": job[0], "batchId": job[batch_at], "documentKey": job[key_at]}))
                 for job in job_rows
             ]  # fmt: skip
             before, started = cpu_now(), time.perf_counter()
             async with conn.transaction():
                 await conn.copy_records_to_table(
-                    "compare_copy_jobs", records=job_rows, columns=dbjobs.NEW_JOB_COLUMNS
+                    "compare_copy_jobs", records=job_rows, columns=dbjob_rows.JOB_COLUMNS
                 )
                 await conn.copy_records_to_table(
                     "compare_copy_outbox", records=outbox_rows, columns=bench_compare.OUTBOX_COLUMNS

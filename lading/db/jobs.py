@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -107,53 +107,6 @@ async def add_queued(conn: asyncpg.Connection, *, tenant: str, jobs: int, docume
     what the transaction inserts afterwards is counted by the triggers again (an acceptance may
     run inside a caller's larger transaction)."""
     await conn.execute(queries.sql("job_queued_add"), tenant, jobs, document_bytes)
-
-
-NEW_JOB_COLUMNS = (
-    "id", "tenant", "batch_id", "ordinal", "document_key", "request_hash", "content_sha256", "pool", "schema",
-    "validation_policy", "priority", "max_attempts", "deadline_at",
-)  # fmt: skip
-"""The columns of a new job row, in the order `copy_new` takes them."""
-
-
-async def copy_new(conn: asyncpg.Connection, records: Iterable[tuple[Any, ...]]) -> None:
-    """Insert new READY jobs with COPY (a 10,000-job batch in a few round trips); each record holds
-    `NEW_JOB_COLUMNS` in order. Only acceptance writes new jobs, in its transaction. The records
-    may be a generator: the COPY sends them in chunks as they are made."""
-    await conn.copy_records_to_table("extraction_jobs", records=records, columns=NEW_JOB_COLUMNS)
-
-
-@dataclasses.dataclass(frozen=True)
-class SubmittedJob:
-    """A single document's job as `insert_submitted` writes it, with its document row."""
-
-    id: JobId
-    tenant: str
-    batch_id: BatchId
-    document_key: str
-    request_hash: str
-    content_sha256: str
-    pool: PoolName
-    schema: str
-    validation_policy: str
-    priority: int
-    max_attempts: int
-    deadline_s: int
-    text: str | None
-    """The document's text, or None when it is given by `uri`."""
-    uri: str | None
-    document_bytes: int
-
-
-async def insert_submitted(conn: asyncpg.Connection, job: SubmittedJob) -> None:
-    """Append one READY job and its document to a rolling batch the caller holds locked
-    (`batches.lock_open_rolling`), counting it in the batch, in one round trip."""
-    await conn.execute(
-        queries.sql("job_insert_submitted"),
-        job.id, job.tenant, job.batch_id, job.document_key, job.request_hash, job.content_sha256, job.pool,
-        job.schema, job.validation_policy, job.priority, job.max_attempts, float(job.deadline_s), job.text,
-        job.uri, None if job.uri is None else job.content_sha256, job.document_bytes,
-    )  # fmt: skip
 
 
 async def ids_of_batch(conn: asyncpg.Connection, *, batch_id: BatchId) -> tuple[JobId, ...]:

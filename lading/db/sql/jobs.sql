@@ -632,20 +632,3 @@ SELECT count(*)::bigint AS size, min(updated_at) AS oldest_at,
        extract(epoch FROM now() - min(updated_at))::float8 AS oldest_age_s
   FROM extraction_jobs
  WHERE state = 'REVIEW_REQUIRED';
-
--- name: job_insert_submitted
--- One submitted document into locked rolling batch $3: the batch counts it (its ordinal is the
--- count before), the READY job $1 (deadline $12 seconds from now) and its document row (text
--- $13, or URI $14 with SHA-256 $15), $16 bytes, in one round trip.
-WITH counted AS (
-    UPDATE batches SET total_jobs = total_jobs + 1 WHERE id = $3
-    RETURNING total_jobs - 1 AS ordinal, clock_timestamp() AS now
-), job AS (
-    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
-                                 schema, validation_policy, priority, max_attempts, deadline_at)
-    SELECT $1, $2, $3, c.ordinal, $4, $5, $6, $7, $8, $9, $10, $11, c.now + make_interval(secs => $12)
-      FROM counted c
-    RETURNING id
-)
-INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
-SELECT job.id, $13, $14, $15, $16 FROM job;
