@@ -35,6 +35,7 @@ from typing import Any
 
 import kopf
 from lading_operator import app, rendering, settings
+from lading_worker.main import positive_int
 
 from lading import health
 from lading.delivery import egress
@@ -60,16 +61,6 @@ def _namespaces(value: str) -> tuple[str, ...]:
                 f"{name!r} is not a namespace name (lowercase letters, digits and '-', at most 63), in {value!r}"
             )
     return tuple(dict.fromkeys(names))
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
-    return number
 
 
 def _key_value(value: str) -> tuple[str, str]:
@@ -146,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-concurrent-manifests",
-        type=_positive,
+        type=positive_int,
         default=settings.MAX_CONCURRENT_MANIFESTS_DEFAULT,
         metavar="N",
         help="document manifests of large batches read at once; others wait, Pending "
@@ -192,7 +183,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--peering-lifetime",
-        type=_positive,
+        type=positive_int,
         default=settings.OperatorSettings.peering_lifetime_s,
         metavar="SECONDS",
         help="with --peering: a standby takes over this long after the active replica stopped answering "
@@ -219,7 +210,7 @@ def _add_worker_arguments(parser: argparse.ArgumentParser, defaults: rendering.O
         help=f"worker container resources (default {json.dumps(defaults.worker_resources)})",
     )
     group.add_argument(
-        "--worker-processes", type=_positive, metavar="N",
+        "--worker-processes", type=positive_int, metavar="N",
         help="worker processes per worker pod (`lading worker --processes`), sharing the pool's concurrency "
         "(default: the whole CPUs of the --worker-resources CPU limit, else of its request, at least 1)",
     )  # fmt: skip

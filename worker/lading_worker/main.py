@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="default: $DATABASE_URL")
     parser.add_argument("--pool", required=True, help="InferencePool as namespace/name")
     parser.add_argument(
-        "--processes", type=_positive, metavar="N",
+        "--processes", type=positive_int, metavar="N",
         help="worker processes: above 1, this command supervises N of them (restarts one that dies, passes "
         "SIGTERM on, serves --http for all) and --concurrency, --prefetch and --delivery-concurrency are "
         "totals split evenly across them; 1: the worker runs in this process (default: the CPUs this process "
@@ -256,7 +256,10 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
         await task
 
 
-def _positive(value: str) -> int:
+def positive_int(value: str) -> int:
+    """argparse type: a whole number of at least 1. The `lading operator` command's counts use it
+    too (its --worker-processes is this command's --processes): the CLI imports the components,
+    never the other way round."""
     try:
         number = int(value)
     except ValueError:
