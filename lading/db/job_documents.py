@@ -88,14 +88,14 @@ async def insert_staged_jobs(
         max_attempts: int,
         deadline_at: dt.datetime,
 ) -> int:
-    """One job per staged line, in manifest order, with its document row (by reference);
-    returns how many documents were inserted."""
-    status = await conn.execute(
+    """One job per staged line, in manifest order, with its document row (by reference), counted
+    in the tenant's queue counters in one row; returns how many documents were inserted."""
+    inserted: int = await conn.fetchval(
         queries.sql("manifest_lines_insert_jobs"),
         tenant, batch_id, hash_prefix + b'"', b'"' + hash_suffix, pool, schema, validation_policy, priority,
         max_attempts, deadline_at,
     )  # fmt: skip
-    return int(status.rsplit(" ", 1)[1])
+    return inserted
 
 async def document_of(conn: asyncpg.Connection, *, job_id: JobId) -> str | None:
     """The job's document text. Only for an explicit request: the text may be confidential."""

@@ -9,6 +9,7 @@ tenants. Admission reads the counters (maxQueuedJobs, maxQueuedBytes).
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import random
 
 import asyncpg
@@ -159,3 +160,58 @@ async def test_an_inline_batch_counts_itself_and_the_next_insert_is_counted_by_t
         await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k3",
                                       request_digest="d3")
     assert await counted(db) == await real(db) == {"acme": (9, 2 * sum(len(t.encode()) for t in texts) + 60)}
+
+
+async def test_a_submitted_document_writes_one_counter_row_and_leaves_the_triggers_on(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    """The intake's append statement counts its documents itself, jobs and bytes in one counter row
+    (not one from each insert trigger), and sets the setting back: a later insert in the same
+    transaction is counted by the triggers."""
+    await seed(db)
+    submitter = intake.GroupSubmitter(dbpool)
+    rows_before = await db.fetchval("SELECT count(*) FROM tenant_queued")
+    request = intake.DocumentRequest.model_validate({"key": "k", "text": "ü" * 10, "inferencePoolRef": "cheap"})
+    await submitter.submit(namespace="acme", request=request, idempotency_key="k",
+                           request_digest=intake.request_digest(request))
+    assert await counted(db) == await real(db) == {"acme": (1, 20)}
+    # One row, unless the one-in-32 fold ran and left one row anyway.
+    assert await db.fetchval("SELECT count(*) FROM tenant_queued") - rows_before <= 1
+    # A group of documents: one row for all of them.
+    docs = [intake.DocumentRequest.model_validate({"key": f"g{i}", "text": "x" * (i + 1), "inferencePoolRef": "cheap"})
+            for i in range(12)]
+    await asyncio.gather(*(submitter.submit(namespace="acme", request=d, idempotency_key=d.key,
+                                            request_digest=intake.request_digest(d)) for d in docs))
+    assert await counted(db) == await real(db) == {"acme": (13, 20 + sum(range(1, 13)))}
+    # In a caller's transaction, what follows a submission is counted by the triggers.
+    async with db.transaction():
+        await intake.submit_validated(db, namespace="acme", request=request, idempotency_key="k2",
+                                      request_digest="d2")
+        assert await db.fetchval("SELECT current_setting('lading.queued_counted', true)") == "off"
+        batch_id = await db.fetchval("SELECT batch_id FROM extraction_jobs LIMIT 1")
+        job_id = await db.fetchval(
+            "INSERT INTO extraction_jobs (tenant, batch_id, ordinal, document_key, request_hash, content_sha256, "
+            "pool, schema, validation_policy, priority, max_attempts, deadline_at) "
+            "SELECT tenant, batch_id, 1000, 'by-hand', request_hash, content_sha256, pool, schema, "
+            "validation_policy, priority, max_attempts, deadline_at FROM extraction_jobs LIMIT 1 RETURNING id")
+        await db.execute("INSERT INTO job_documents (job_id, text, bytes) VALUES ($1, 'abc', 3)", job_id)
+        assert batch_id is not None
+    assert await counted(db) == await real(db) == {"acme": (15, 20 + sum(range(1, 13)) + 20 + 3)}
+
+
+async def test_a_manifest_batch_writes_one_counter_row(db: asyncpg.Connection, tmp_path: pathlib.Path) -> None:
+    """A manifest's jobs and documents are counted by the insert statement itself, in one row."""
+    from lading.settings import DocumentSettings
+    from tests.integration import test_manifest_batches as manifests
+    from tests.support import factories
+
+    await factories.seed(db)
+    (tmp_path / "acme").mkdir()
+    manifests.synthetic_manifest(tmp_path / "acme" / "m.jsonl", 40)
+    rows_before = await db.fetchval("SELECT count(*) FROM tenant_queued")
+    await applying.admit_batch(db, manifests.batch((tmp_path / "acme" / "m.jsonl").as_uri()),
+                               documents=DocumentSettings(roots=(str(tmp_path),)))
+    bytes_ = await db.fetchval("SELECT sum(bytes) FROM job_documents")
+    assert bytes_ > 0
+    assert await counted(db) == await real(db) == {"acme": (40, bytes_)}
+    assert await db.fetchval("SELECT count(*) FROM tenant_queued") - rows_before <= 1
+    assert await db.fetchval("SELECT current_setting('lading.queued_counted', true)") in ("", "off", None)

@@ -39,9 +39,20 @@ SELECT document_key FROM extraction_jobs WHERE batch_id = $1 AND document_key = 
 -- hashes $4, content SHA-256 $5) and its document row (text $6 or URI $7, $8 bytes); tenant $9,
 -- pool $10, schema $11, validation policy $12, priority $13, max attempts $14, deadline $15
 -- seconds from now. One statement for the whole group.
-WITH given AS (
+-- The documents are counted in their tenant's queue counters here, in one counter row (jobs and
+-- bytes together, lading_tenant_queued_add, migration 0032), instead of by the two insert
+-- triggers (a row each, and the document rows' reads of their jobs): `exempt` sets
+-- lading.queued_counted before any job or document row is inserted, so each insert's AFTER
+-- STATEMENT trigger is skipped when its statement ends (the trigger's WHEN is read then);
+-- `inserted` reads both inserts to their end (which ends them), and only then `queued` writes the
+-- row and sets the setting back to 'off', so whatever the transaction inserts next is counted by
+-- the triggers again. The order rests on the reads, not on how the CTEs are written.
+WITH exempt AS MATERIALIZED (
+    SELECT set_config('lading.queued_counted', 'on', true) AS setting
+), given AS (
     SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
            WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
+     WHERE (SELECT setting FROM exempt) = 'on'
 ), counted AS (
     UPDATE batches SET total_jobs = total_jobs + cardinality($2::bigint[]) WHERE id = $1
     RETURNING total_jobs - cardinality($2::bigint[]) AS base, clock_timestamp() AS now
@@ -53,10 +64,19 @@ WITH given AS (
       FROM given g CROSS JOIN counted c
      ORDER BY g.n
     RETURNING id
+), document AS (
+    INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
+    SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
+      FROM given g JOIN job ON job.id = g.id
+    RETURNING bytes
+), inserted AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM job) AS jobs, (SELECT coalesce(sum(bytes), 0) FROM document)::bigint AS bytes
+), queued AS (
+    SELECT set_config('lading.queued_counted', 'off', true) AS setting,
+           (SELECT count(lading_tenant_queued_add($9, i.jobs, i.bytes)) FROM inserted i WHERE i.jobs > 0) AS added
+      FROM inserted
 )
-INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
-SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
-  FROM given g JOIN job ON job.id = g.id;
+SELECT * FROM queued;
 
 -- name: submission_claim_group
 -- The first statement of a group's acceptance (lading/intake.py), in one round trip: claim each
@@ -138,9 +158,13 @@ SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
 --   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON),
 --   request digest $28[i]
 --   the idle claimers of pools $27 woken at commit (NOTIFY lading_jobs, as job_notify_available)
-WITH given AS (
+-- The documents are counted in one counter row, as submission_jobs_append says.
+WITH exempt AS MATERIALIZED (
+    SELECT set_config('lading.queued_counted', 'on', true) AS setting
+), given AS (
     SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
            WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
+     WHERE (SELECT setting FROM exempt) = 'on'
 ), counted AS (
     UPDATE batches SET total_jobs = total_jobs + cardinality($2::bigint[]) WHERE id = $1
     RETURNING total_jobs - cardinality($2::bigint[]) AS base, clock_timestamp() AS now
@@ -156,6 +180,13 @@ WITH given AS (
     INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
     SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
       FROM given g JOIN job ON job.id = g.id
+    RETURNING bytes
+), inserted AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM job) AS jobs, (SELECT coalesce(sum(bytes), 0) FROM document)::bigint AS bytes
+), queued AS (
+    SELECT set_config('lading.queued_counted', 'off', true) AS setting,
+           (SELECT count(lading_tenant_queued_add($9, i.jobs, i.bytes)) FROM inserted i WHERE i.jobs > 0) AS added
+      FROM inserted
 ), queue AS (
     INSERT INTO tenant_queues (pool, tenant)
     SELECT * FROM unnest($16::text[], $17::text[])
@@ -178,4 +209,4 @@ WITH given AS (
     ON CONFLICT (namespace, idempotency_key) DO UPDATE
        SET status = EXCLUDED.status, location = EXCLUDED.location, body = EXCLUDED.body
 )
-SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($27::text[]) AS pool;
+SELECT q.setting, (SELECT count(pg_notify('lading_jobs', pool)) FROM unnest($27::text[]) AS pool) FROM queued q;

@@ -36,16 +36,30 @@ SELECT key, sha256 FROM manifest_lines ORDER BY key COLLATE "C";
 -- of lading.jobs.hashing.job_request_template with the digest spliced in: $3 is the part
 -- before the digest (with its opening quote), $4 the part after. $1 tenant, $2 batch, $5 pool,
 -- $6 schema, $7 validation policy, $8 priority, $9 max attempts, $10 deadline.
-WITH lines AS MATERIALIZED (
+-- Counted in the tenant's queue counters in one row, as submission_jobs_append counts (the insert
+-- triggers skipped, the setting back to 'off' once both inserts have ended). Returns how many
+-- documents were inserted.
+WITH exempt AS MATERIALIZED (
+    SELECT set_config('lading.queued_counted', 'on', true) AS setting
+), lines AS MATERIALIZED (
     SELECT nextval('extraction_jobs_id_seq') AS id, ordinal, key, uri, sha256, bytes
       FROM (SELECT (row_number() OVER (ORDER BY line) - 1)::integer AS ordinal, key, uri, sha256, bytes
-              FROM manifest_lines ORDER BY line) AS ordered
+              FROM manifest_lines WHERE (SELECT setting FROM exempt) = 'on' ORDER BY line) AS ordered
 ), jobs AS (
     INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
                                  schema, validation_policy, priority, max_attempts, deadline_at)
     SELECT id, $1, $2, ordinal, key, encode(sha256($3::bytea || convert_to(sha256, 'UTF8') || $4::bytea), 'hex'),
            sha256, $5, $6, $7, $8, $9, $10
       FROM lines
+    RETURNING 1
+), documents AS (
+    INSERT INTO job_documents (job_id, uri, sha256, bytes)
+    SELECT id, uri, sha256, bytes FROM lines
+    RETURNING bytes
+), inserted AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM jobs) AS jobs, (SELECT count(*) FROM documents) AS documents,
+           (SELECT coalesce(sum(bytes), 0) FROM documents)::bigint AS bytes
 )
-INSERT INTO job_documents (job_id, uri, sha256, bytes)
-SELECT id, uri, sha256, bytes FROM lines;
+SELECT i.documents, set_config('lading.queued_counted', 'off', true) AS setting,
+       (SELECT count(lading_tenant_queued_add($1, i.jobs, i.bytes)) FROM inserted i WHERE i.jobs > 0) AS added
+  FROM inserted i;
