@@ -429,18 +429,19 @@ class Intake:
         ceiling = self.settings.retry_after_max_s
         try:
             async with self._connection() as conn:
-                tenant = await registry.tenant_for_namespace(conn, namespace=namespace)
-                if tenant is None:
+                # The tenant, its rules and its queue in one read (the queue only where a limit bounds it).
+                context = await registry.admission_context(conn, namespaces=[namespace], pools=[], endpoints=[])
+                tenant = context.tenant(namespace)
+                rules = None if tenant is None else context.rules.get(tenant)
+                if tenant is None or rules is None:
                     return ceiling
-                rules = await registry.tenant_rules(conn, tenant=tenant)
+                queued_jobs, queued_bytes = context.queued[tenant]
                 rate = await api_views.drain_rate(conn, tenant=tenant, window_s=self.settings.drain_window_s)
                 waits = [1.0]
-                if rules is not None and rules.max_queued_jobs is not None:
-                    over = await registry.tenant_queued_jobs(conn, tenant=tenant) + 1 - rules.max_queued_jobs
-                    waits.append(_wait(over, rate.jobs_per_s, ceiling))
-                if rules is not None and rules.max_queued_bytes is not None:
-                    over = await registry.tenant_queued_bytes(conn, tenant=tenant) - rules.max_queued_bytes
-                    waits.append(_wait(max(over, 1), rate.bytes_per_s, ceiling))
+                if rules.max_queued_jobs is not None:
+                    waits.append(_wait(queued_jobs + 1 - rules.max_queued_jobs, rate.jobs_per_s, ceiling))
+                if rules.max_queued_bytes is not None:
+                    waits.append(_wait(max(queued_bytes - rules.max_queued_bytes, 1), rate.bytes_per_s, ceiling))
         except _Answer:
             return ceiling
         return min(ceiling, math.ceil(max(waits)))

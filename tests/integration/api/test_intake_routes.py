@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from lading.db import jobs
-from lading.ids import JobId
+from lading.db import jobs, registry
+from lading.ids import JobId, TenantName
 from tests.integration.api.conftest import Answer, ApiProcess, Tenant, call, document, make_tenant
 
 SPEC = {
@@ -133,6 +133,29 @@ async def test_the_retry_after_of_a_full_queue_follows_the_tenants_drain_rate(
     draining = await call(http, "POST", url, tenant=acme, key="last", json=document(key="last"))
     assert draining.status == 429
     assert int(draining.headers["Retry-After"]) == 50  # one more job at 6 jobs / 300 s
+
+
+async def test_the_retry_after_of_a_queue_over_its_byte_limit_follows_the_bytes_drained(
+        api_server: ApiProcess, db: asyncpg.Connection, http: aiohttp.ClientSession,
+) -> None:
+    acme = await make_tenant(db, "acme", max_queued_jobs=None, spec={"maxQueuedBytes": 1000})
+    url = f"{api_server.base_url}/v1/namespaces/acme/documents"
+    text = "x" * 100
+    made = [await call(http, "POST", url, tenant=acme, key=f"k{i}", json=document(key=f"inv-{i}", text=text))
+            for i in range(11)]  # fmt: skip
+    assert [a.status for a in made] == [202] * 10 + [429]
+    assert int(made[-1].headers["Retry-After"]) == 3600  # nothing drained in the window: the longest wait
+    for answer in made[:6]:  # 600 bytes leave the queue: a drain rate of 600 bytes per 300 s
+        assert await jobs.cancel(db, job_id=JobId(answer.body["jobId"]), reason="test")
+    for i in range(6):
+        more = await call(http, "POST", url, tenant=acme, key=f"m{i}", json=document(key=f"more-{i}", text=text))
+        assert more.status == 202
+    # The quota shrinks under a full queue: 600 bytes over the new limit, at 2 bytes per second.
+    await registry.upsert_tenant(db, name=TenantName("acme"), namespaces=["acme"], weight=1, max_queued_jobs=None,
+                                 max_in_flight=None, spec={"maxQueuedBytes": 400})  # fmt: skip
+    over = await call(http, "POST", url, tenant=acme, key="last", json=document(key="last", text=text))
+    assert over.status == 429 and over.body["type"] == "https://lading.dev/problems/quota-exceeded", over.body
+    assert int(over.headers["Retry-After"]) == 300
 
 
 ROUTES = [
