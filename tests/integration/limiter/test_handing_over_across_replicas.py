@@ -61,6 +61,17 @@ async def same_transaction(db: asyncpg.Connection, released: int, granted: int) 
     ))  # fmt: skip
 
 
+async def held_here_and_waiting_there(
+        replicas: list[asyncpg.Pool], db: asyncpg.Connection
+) -> tuple[limiting.PoolLimiter, limiting.PoolLimiter, limiting.Permit, asyncio.Task[limiting.Permit]]:
+    """Two replicas (here, there): job 1 holds the pool's only slot here, job 2 waits there, recorded."""
+    here, there = limiter(replicas[0]), limiter(replicas[1])
+    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
+    await recorded(db, 1)
+    return here, there, held, waiter
+
+
 def counting_asks(lim: limiting.PoolLimiter) -> list[int]:
     """The sizes of the asks `lim`'s asker makes from now on (one query each)."""
     asked: list[int] = []
@@ -156,10 +167,7 @@ async def test_a_slot_granted_to_an_attempt_that_gave_up_goes_back_and_on_to_the
 async def test_an_attempt_granted_elsewhere_before_its_replica_heard_it_is_not_granted_a_second_permit(
         replicas: list[asyncpg.Pool], db: asyncpg.Connection
 ) -> None:
-    here, there = limiter(replicas[0]), limiter(replicas[1])
-    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
-    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
-    await recorded(db, 1)
+    here, there, held, waiter = await held_here_and_waiting_there(replicas, db)
     assert there._listener is not None
     await there._listener.remove_listener(limiting.RELEASED_CHANNEL, there._heard)  # its NOTIFYs go unheard
 
@@ -235,10 +243,7 @@ async def test_a_release_grants_its_slot_to_an_attempt_waiting_in_another_proces
 async def test_a_replica_whose_listen_connection_broke_listens_again_and_is_granted_slots_directly(
         replicas: list[asyncpg.Pool], db: asyncpg.Connection
 ) -> None:
-    here, there = limiter(replicas[0]), limiter(replicas[1])
-    held = await here.acquire(job_id=JobId(1), fence=1, tokens=1)
-    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
-    await recorded(db, 1)
+    here, there, held, waiter = await held_here_and_waiting_there(replicas, db)
     broken = await db.fetchval("SELECT listener FROM limiter_waiters")
     assert broken == there._listener_pid
     assert await db.fetchval("SELECT pg_terminate_backend($1)", broken)  # the server ends the LISTEN connection
@@ -261,10 +266,7 @@ async def test_a_replica_whose_listen_connection_broke_listens_again_and_is_gran
 async def test_the_waiters_recorded_for_a_pool_go_with_the_pool(
         replicas: list[asyncpg.Pool], db: asyncpg.Connection
 ) -> None:
-    here, there = limiter(replicas[0]), limiter(replicas[1])
-    await here.acquire(job_id=JobId(1), fence=1, tokens=1)
-    waiter = asyncio.create_task(there.acquire(job_id=JobId(2), fence=1, tokens=1))
-    await recorded(db, 1)
+    _, _, _, waiter = await held_here_and_waiting_there(replicas, db)
 
     assert await db.fetchval("DELETE FROM pools WHERE name = $1 RETURNING 1", POOL) == 1  # no replica asks for it again
     assert await db.fetchval("SELECT count(*) FROM limiter_waiters") == 0
