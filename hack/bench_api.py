@@ -23,8 +23,9 @@ PostgreSQL's (its client backends of the benchmark's database, from /proc), each
 request, the load generator's own CPU (`load_cpu_s`, `load_cpu_ms_per_request`: it shares the
 machine's CPUs with both), and the load average. The load generator is a plain asyncio HTTP/1.1
 client over keep-alive connections, with each request's bytes spliced from a template, so it takes
-less of the CPUs from what it measures than a general client would (docs/benchmarks.md, `api`). Targets (issue 15): at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no
-errors; saturation >= 2,000 documents/s.
+less of the CPUs from what it measures than a general client would (docs/benchmarks.md, `api`).
+Targets: at 500 req/s p50 <= 3 ms and p99 <= 10 ms with no errors; saturation >= 2,000
+documents/s.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ It prints `listening on http://127.0.0.1:PORT/v1` on stdout once it accepts conn
   and requests in any second, most concurrent requests, with `--latency-from-arrival` how late
   on average an answer went out after its arrival + latency (`answer_late_mean_ms`: the stub's
   own event loop), each request's arrival time (unix seconds, the last `--keep-log`, 10,000 by
-  default) and each admitted request's arrival and tokens. `arrivals_total` and `admitted_total` count every one since the start; with
+  default) and each admitted request's arrival and tokens. `arrivals_total` and `admitted_total`
+  count every one since the start; with
   `?arrivals_after=N&admitted_after=M` (earlier totals) only the entries after those come back,
   so a poller streams the whole log however long the run (it misses entries only when more than
   `--keep-log` arrive between two polls, and can tell by the totals).
