@@ -90,14 +90,8 @@ async def append_jobs(
 ) -> None:
     """Append READY jobs and their document rows to rolling batch `batch_id`, which the caller
     holds locked (`batches.pick_open_rolling` and the like), counting them in the batch, in one
-    statement."""
-    await conn.execute(
-        queries.sql("submission_jobs_append"), batch_id,
-        [d.job_id for d in documents], [d.document_key for d in documents], [d.request_hash for d in documents],
-        [d.content_sha256 for d in documents], [d.text for d in documents], [d.uri for d in documents],
-        [d.document_bytes for d in documents], shared.tenant, shared.pool, shared.schema, shared.validation_policy,
-        shared.priority, shared.max_attempts, float(shared.deadline_s),
-    )  # fmt: skip
+    statement (`append_and_finish` with nothing else to finish)."""
+    await append_and_finish(conn, Appending(batch_id=batch_id, shared=shared, documents=documents), Finish())
 
 
 # --- A group's whole acceptance in few round trips (`lading.intake`): its first and last statements.

@@ -33,51 +33,6 @@ SELECT s.namespace, s.idempotency_key, s.request_digest, s.job_id, b.namespace A
 -- Which of document keys $2 rolling batch $1 holds already (keys are unique per batch).
 SELECT document_key FROM extraction_jobs WHERE batch_id = $1 AND document_key = ANY($2::text[]);
 
--- name: submission_jobs_append
--- Documents appended to rolling batch $1, which the caller holds locked: the batch counts them
--- (ordinals follow its count before), one READY job each (ids $2, document keys $3, request
--- hashes $4, content SHA-256 $5) and its document row (text $6 or URI $7, $8 bytes); tenant $9,
--- pool $10, schema $11, validation policy $12, priority $13, max attempts $14, deadline $15
--- seconds from now. One statement for the whole group.
--- The documents are counted in their tenant's queue counters here, in one counter row (jobs and
--- bytes together, lading_tenant_queued_add, migration 0032), instead of by the two insert
--- triggers (a row each, and the document rows' reads of their jobs): `exempt` sets
--- lading.queued_counted before any job or document row is inserted, so each insert's AFTER
--- STATEMENT trigger is skipped when its statement ends (the trigger's WHEN is read then);
--- `inserted` reads both inserts to their end (which ends them), and only then `queued` writes the
--- row and sets the setting back to 'off', so whatever the transaction inserts next is counted by
--- the triggers again. The order rests on the reads, not on how the CTEs are written.
-WITH exempt AS MATERIALIZED (
-    SELECT set_config('lading.queued_counted', 'on', true) AS setting
-), given AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[])
-           WITH ORDINALITY AS g(id, document_key, request_hash, content_sha256, text, uri, bytes, n)
-     WHERE (SELECT setting FROM exempt) = 'on'
-), counted AS (
-    UPDATE batches SET total_jobs = total_jobs + cardinality($2::bigint[]) WHERE id = $1
-    RETURNING total_jobs - cardinality($2::bigint[]) AS base, clock_timestamp() AS now
-), job AS (
-    INSERT INTO extraction_jobs (id, tenant, batch_id, ordinal, document_key, request_hash, content_sha256, pool,
-                                 schema, validation_policy, priority, max_attempts, deadline_at)
-    SELECT g.id, $9, $1, c.base + g.n::integer - 1, g.document_key, g.request_hash, g.content_sha256, $10, $11,
-           $12, $13, $14, c.now + make_interval(secs => $15)
-      FROM given g CROSS JOIN counted c
-     ORDER BY g.n
-    RETURNING id
-), document AS (
-    INSERT INTO job_documents (job_id, text, uri, sha256, bytes)
-    SELECT g.id, g.text, g.uri, CASE WHEN g.uri IS NULL THEN NULL ELSE g.content_sha256 END, g.bytes
-      FROM given g JOIN job ON job.id = g.id
-    RETURNING bytes
-), inserted AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM job) AS jobs, (SELECT coalesce(sum(bytes), 0) FROM document)::bigint AS bytes
-), queued AS (
-    SELECT set_config('lading.queued_counted', 'off', true) AS setting,
-           (SELECT count(lading_tenant_queued_add($9, i.jobs, i.bytes)) FROM inserted i WHERE i.jobs > 0) AS added
-      FROM inserted
-)
-SELECT * FROM queued;
-
 -- name: submission_claim_group
 -- The first statement of a group's acceptance (lading/intake.py), in one round trip: claim each
 -- document's keys, then read the group's admission context.
@@ -150,7 +105,11 @@ SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
 
 -- name: submission_jobs_append_finish
 -- The last statement of a group's acceptance (lading/intake.py), in one round trip:
---   submission_jobs_append's documents ($1 to $15; $1 NULL and empty arrays: none)
+--   documents appended to rolling batch $1, which the caller holds locked ($1 NULL and empty
+--   arrays: none): the batch counts them (ordinals follow its count before), one READY job each
+--   (ids $2, document keys $3, request hashes $4, content SHA-256 $5) and its document row (text
+--   $6 or URI $7, $8 bytes); tenant $9, pool $10, schema $11, validation policy $12, priority $13,
+--   max attempts $14, deadline $15 seconds from now
 --   the tenants' queues registered for fair claiming: pool $16[i], tenant $17[i] (a no-op when
 --   registered)
 --   keys released that the transaction claimed for refused documents: ($18[i], $19[i]) of
@@ -158,7 +117,14 @@ SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
 --   the POSTs' answers: key ($22[i], $23[i]), status $24[i], Location $25[i], body $26[i] (JSON),
 --   request digest $28[i]
 --   the idle claimers of pools $27 woken at commit (NOTIFY lading_jobs, as job_notify_available)
--- The documents are counted in one counter row, as submission_jobs_append says.
+-- The documents are counted in their tenant's queue counters here, in one counter row (jobs and
+-- bytes together, lading_tenant_queued_add, migration 0032), instead of by the two insert
+-- triggers (a row each, and the document rows' reads of their jobs): `exempt` sets
+-- lading.queued_counted before any job or document row is inserted, so each insert's AFTER
+-- STATEMENT trigger is skipped when its statement ends (the trigger's WHEN is read then);
+-- `inserted` reads both inserts to their end (which ends them), and only then `queued` writes the
+-- row and sets the setting back to 'off', so whatever the transaction inserts next is counted by
+-- the triggers again. The order rests on the reads, not on how the CTEs are written.
 WITH exempt AS MATERIALIZED (
     SELECT set_config('lading.queued_counted', 'on', true) AS setting
 ), given AS (

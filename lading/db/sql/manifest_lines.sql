@@ -36,8 +36,8 @@ SELECT key, sha256 FROM manifest_lines ORDER BY key COLLATE "C";
 -- of lading.jobs.hashing.job_request_template with the digest spliced in: $3 is the part
 -- before the digest (with its opening quote), $4 the part after. $1 tenant, $2 batch, $5 pool,
 -- $6 schema, $7 validation policy, $8 priority, $9 max attempts, $10 deadline.
--- Counted in the tenant's queue counters in one row, as submission_jobs_append counts (the insert
--- triggers skipped, the setting back to 'off' once both inserts have ended). Returns how many
+-- Counted in the tenant's queue counters in one row, as submission_jobs_append_finish counts (the
+-- insert triggers skipped, the setting back to 'off' once both inserts have ended). Returns how many
 -- documents were inserted.
 WITH exempt AS MATERIALIZED (
     SELECT set_config('lading.queued_counted', 'on', true) AS setting
