@@ -214,6 +214,11 @@ def _add_worker_arguments(parser: argparse.ArgumentParser, defaults: rendering.O
         help="worker processes per worker pod (`lading worker --processes`), sharing the pool's concurrency "
         "(default: the whole CPUs of the --worker-resources CPU limit, else of its request, at least 1)",
     )  # fmt: skip
+    group.add_argument(
+        "--worker-log-level", choices=rendering.WORKER_LOG_LEVELS, default=defaults.worker_log_level, metavar="LEVEL",
+        help=f"log level of the workers (LADING_LOG_LEVEL): {', '.join(rendering.WORKER_LOG_LEVELS)} "
+        f"(default {defaults.worker_log_level}: a line per commit group and per attempt that did not end well)",
+    )  # fmt: skip
     group.add_argument("--worker-image-pull-secret", action="append", default=[], metavar="NAME",
                        help="Secret to pull the worker image with, in each pool's namespace (repeatable)")
     group.add_argument("--worker-env", type=_json_of(list, "--worker-env"), default=[], metavar="JSON",
@@ -256,6 +261,7 @@ def render_config(args: argparse.Namespace) -> rendering.OperatorConfig:
         egress_allow=tuple(args.worker_egress_allow),
         worker_resources=args.worker_resources,
         worker_processes=args.worker_processes,
+        worker_log_level=args.worker_log_level,
         image_pull_secrets=tuple(args.worker_image_pull_secret),
         extra_env=tuple(args.worker_env),
         volumes=tuple(args.worker_volumes),

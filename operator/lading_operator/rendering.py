@@ -72,6 +72,7 @@ WORKER_IMAGE_DEFAULT = "ghcr.io/lading-dev/lading:0.1.0"
 WORKER_GRACE_S_DEFAULT = 20
 """The worker's own drain period (`--grace`, lading.settings.WorkerProcessSettings.shutdown_grace_s)."""
 WORKER_PROCESSES_MAX = 64
+WORKER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """Worker processes per pod, at most (`lading worker --processes`); each holds its own connections."""
 WORKER_TERMINATION_EXTRA_S = 10
 """Kubernetes' grace period is the worker's drain plus this, so SIGKILL never cuts a drain short."""
@@ -180,6 +181,9 @@ class OperatorConfig:
         default_factory=lambda: {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
     )
     """Worker container resources. The worker waits on the model; it needs little CPU."""
+    worker_log_level: str = "INFO"
+    """The workers' log level (`LADING_LOG_LEVEL`), one of WORKER_LOG_LEVELS. INFO: a line per commit group
+    and per attempt that did not end well (docs/operations.md); the CLI's own default, WARNING, hides them."""
     worker_processes: int | None = None
     """Worker processes per worker pod (`lading worker --processes`; a Python process computes on one core),
     sharing the pod's `--concurrency`. None: the whole CPUs of the worker container's CPU limit (else of its
@@ -223,6 +227,9 @@ class OperatorConfig:
             raise ValueError(f"worker_http_port {self.worker_http_port} is not a TCP port")
         if not 0 <= self.worker_grace_s <= 3600:
             raise ValueError(f"worker_grace_s {self.worker_grace_s} must be between 0 and 3600")
+        if self.worker_log_level not in WORKER_LOG_LEVELS:
+            levels = ", ".join(WORKER_LOG_LEVELS)
+            raise ValueError(f"worker_log_level {self.worker_log_level!r} must be one of {levels}")
         if self.worker_processes is not None and not 1 <= self.worker_processes <= WORKER_PROCESSES_MAX:
             raise ValueError(f"worker_processes {self.worker_processes} must be between 1 and {WORKER_PROCESSES_MAX}")
         worker_process_count(self)  # a CPU quantity that does not parse is named here, not in a pod
@@ -258,8 +265,8 @@ class OperatorConfig:
 
 
     def _check_pod_parts(self) -> None:
-        rendered_env = {"DATABASE_URL", "LADING_LOG_FORMAT", "LADING_PROVIDER_API_KEY", "LADING_PROVIDER_URL",
-                        "LADING_AMQP_URL", egress.ENV_VAR, delivery_secrets.ENV_VAR}  # fmt: skip
+        rendered_env = {"DATABASE_URL", "LADING_LOG_FORMAT", "LADING_LOG_LEVEL", "LADING_PROVIDER_API_KEY",
+                        "LADING_PROVIDER_URL", "LADING_AMQP_URL", egress.ENV_VAR, delivery_secrets.ENV_VAR}  # fmt: skip
         for kind, items in (("env variable", self.extra_env), ("volume", self.volumes),
                             ("volume mount", self.volume_mounts), ("toleration", self.tolerations)):  # fmt: skip
             for item in items:
@@ -603,6 +610,7 @@ def worker_deployment(
     env: list[dict[str, Any]] = [
         _secret_env("DATABASE_URL", config.database_secret),
         {"name": "LADING_LOG_FORMAT", "value": "json"},  # one object per line, with the job's ids
+        {"name": "LADING_LOG_LEVEL", "value": config.worker_log_level},
     ]
     endpoint = pool.spec.endpoint
     if endpoint is not None and endpoint.api_key_secret_ref is not None:

@@ -67,6 +67,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 - --worker-resources
 - {{ toJson $w.resources | quote }}
+- --worker-log-level
+- {{ $w.logLevel | quote }}
 {{- with $w.processes }}
 - --worker-processes
 - {{ . | toString | quote }}

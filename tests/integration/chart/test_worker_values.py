@@ -66,6 +66,7 @@ def test_container_resources_env_volumes_and_document_roots_reach_the_worker(wor
     assert env["LADING_EGRESS_ALLOW"]["value"] == "10.96.0.0/12,192.168.40.0/24"
     assert env["LADING_AMQP_URL"]["valueFrom"]["secretKeyRef"] == {"name": "lading-amqp", "key": "uri"}
     assert env["TZ"] == {"name": "TZ", "value": "Europe/Berlin"}
+    assert env["LADING_LOG_LEVEL"]["value"] == "DEBUG"
     assert env["HTTPS_PROXY"]["valueFrom"]["secretKeyRef"] == {"name": "proxy", "key": "url"}
     assert {"name": "documents", "persistentVolumeClaim": {"claimName": "invoices", "readOnly": True}} in pod["volumes"]
     assert {"name": "documents", "mountPath": "/documents", "readOnly": True} in container["volumeMounts"]
@@ -126,6 +127,8 @@ def test_defaults_render_the_worker_as_before() -> None:
     assert "annotations" not in deployment["metadata"]
     args = pod["containers"][0]["args"]
     assert args[args.index("--processes") + 1] == "1", "the default pod (100m CPU, no CPU limit) runs one process"
+    env = {variable["name"]: variable for variable in pod["containers"][0]["env"]}
+    assert env["LADING_LOG_LEVEL"]["value"] == "INFO"
 
 
 @pytest.mark.parametrize(
@@ -136,6 +139,7 @@ def test_defaults_render_the_worker_as_before() -> None:
         ("workers.documentRoots={documents}", "/workers/documentRoots/0"),
         ("keda.prometheusUrl=prometheus:9090", "/keda/prometheusUrl"),
         ("workers.processes=0", "/workers/processes"),
+        ("workers.logLevel=verbose", "/workers/logLevel"),
     ],
 )
 def test_values_schema_rejects_bad_worker_values(override: str, expected: str) -> None:
@@ -151,6 +155,7 @@ def test_values_schema_rejects_bad_worker_values(override: str, expected: str) -
         (["--worker-volumes", '[{"name": "tmp", "emptyDir": {}}]'], "is taken"),
         (["--worker-egress-allow", "erp.example"], "is not a CIDR"),
         (["--worker-retain-inbox-hours", "0"], "a positive number"),
+        (["--worker-env", '[{"name": "LADING_LOG_LEVEL", "value": "DEBUG"}]'], "set by the operator"),
     ],
 )
 def test_bad_worker_flags_are_refused_by_name(flags: list[str], message: str) -> None:

@@ -308,6 +308,16 @@ def test_bad_worker_processes_are_refused_by_name(config: dict[str, Any], messag
         rendering.OperatorConfig(**config)
 
 
+def test_worker_log_level_is_rendered_and_a_bad_one_refused_by_name() -> None:
+    config = rendering.OperatorConfig(worker_log_level="DEBUG")
+    assert env_of(rendering.worker_deployment(EXTERNAL_NO_KEY, uid=UID, config=config, replicas=1))[
+        "LADING_LOG_LEVEL"]["value"] == "DEBUG"
+    with pytest.raises(ValueError, match="worker_log_level 'info' must be one of DEBUG, INFO, WARNING, ERROR"):
+        rendering.OperatorConfig(worker_log_level="info")
+    with pytest.raises(ValueError, match="LADING_LOG_LEVEL is set by the operator"):
+        rendering.OperatorConfig(extra_env=({"name": "LADING_LOG_LEVEL", "value": "DEBUG"},))
+
+
 def test_a_bad_egress_range_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"'erp\.acme\.example' is not a CIDR"):
         rendering.OperatorConfig(egress_allow=("10.0.0.0/8", "erp.acme.example"))
@@ -322,10 +332,11 @@ def test_worker_environment_comes_from_secrets_and_config() -> None:
     assert env["LADING_ENDPOINT_SECRETS_DIR"]["value"] == "/etc/lading/endpoint-secrets"
 
 
-def test_minimal_config_renders_only_the_database_and_the_log_format() -> None:
+def test_minimal_config_renders_only_the_database_and_the_log_format_and_level() -> None:
     env = env_of(rendering.worker_deployment(EXTERNAL_NO_KEY, uid=UID, config=rendering.OperatorConfig(), replicas=1))
-    assert set(env) == {"DATABASE_URL", "LADING_LOG_FORMAT"}
+    assert set(env) == {"DATABASE_URL", "LADING_LOG_FORMAT", "LADING_LOG_LEVEL"}
     assert env["LADING_LOG_FORMAT"]["value"] == "json"
+    assert env["LADING_LOG_LEVEL"]["value"] == "INFO", "commit-group lines are INFO; the CLI default would hide them"
     assert env["DATABASE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "lading-database", "key": "url"}}
 
 
