@@ -215,10 +215,6 @@ async def tenant_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) ->
     return int(await conn.fetchval(queries.sql("tenant_queued_jobs"), tenant))
 
 
-async def tenant_queued_bytes(conn: asyncpg.Connection, *, tenant: TenantName) -> int:
-    return int(await conn.fetchval(queries.sql("tenant_queued_bytes"), tenant))
-
-
 async def tenant_max_queued_jobs(conn: asyncpg.Connection, *, tenant: TenantName) -> int | None:
     value = await conn.fetchval(queries.sql("tenant_max_queued_jobs"), tenant)
     return None if value is None else int(value)

@@ -48,11 +48,6 @@ SELECT name, max_queued_jobs, (spec ->> 'maxQueuedBytes')::bigint AS max_queued_
   FROM tenants
  WHERE name = $1;
 
--- name: tenant_queued_bytes
--- Document bytes of a tenant's jobs waiting or running: what maxQueuedBytes bounds (the counters
--- of migration 0025).
-SELECT coalesce(sum(bytes), 0)::bigint FROM tenant_queued WHERE tenant = $1;
-
 -- name: tenant_usage_now
 -- What a tenant's quota bounds, now: jobs waiting or running, their document bytes, model calls in flight.
 SELECT count(*)::bigint AS queued_jobs,
