@@ -9,7 +9,8 @@ An ExtractionBatch too large to list its documents inline names a manifest
     read (file:// beneath <root>/<namespace>/, or http(s)://)   lading.documents.fetching
       -> split into lines (each at most MAX_LINE_BYTES; at most MAX_LINES lines and
          MAX_MANIFEST_BYTES in all)
-      -> validate each line (ManifestLine)
+      -> validate each line (ManifestLine; a plainly valid line, the usual case, by `fields_of`
+         without pydantic, to the same verdict)
       -> spool the valid lines to a local temporary file (CSV)            `spool`
 
 and acceptance then bulk-loads the spool with COPY inside its one transaction
@@ -46,6 +47,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
+import orjson
 import pydantic
 
 from lading import errors, reasons, urls
@@ -69,6 +71,7 @@ CHUNK_WRITE_BYTES = 256 * 1024
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 KEY_PATTERN = re.compile(specs.DOCUMENT_KEY_PATTERN)
+MANIFEST_URI_PATTERN = re.compile(specs.MANIFEST_URI_PATTERN)
 KEY_MAX = 256
 URI_MAX = 2048
 FIELDS = ("key", "uri", "sha256", "bytes")
@@ -120,7 +123,7 @@ class ManifestLine(pydantic.BaseModel):
             raise ValueError("must not be empty")
         if len(value) > KEY_MAX:
             raise ValueError(f"must be at most {KEY_MAX} characters")
-        if not KEY_PATTERN.match(value):
+        if not KEY_PATTERN.fullmatch(value):  # fullmatch: "$" alone lets a final newline through
             raise ValueError(f"must be {specs.PATTERN_HINTS[specs.DOCUMENT_KEY_PATTERN]}")
         # One rule for inline and manifest keys.
         return specs._check_document_key(value)
@@ -130,7 +133,7 @@ class ManifestLine(pydantic.BaseModel):
     def _uri(cls, value: str) -> str:
         if len(value) > URI_MAX:
             raise ValueError(f"must be at most {URI_MAX} characters")
-        if not re.match(specs.MANIFEST_URI_PATTERN, value):
+        if not MANIFEST_URI_PATTERN.fullmatch(value):
             raise ValueError(f"must be {specs.PATTERN_HINTS[specs.MANIFEST_URI_PATTERN]}")
         # The same URI rules as spec.manifestUri.
         return specs._check_manifest_uri(value)
@@ -138,7 +141,7 @@ class ManifestLine(pydantic.BaseModel):
     @pydantic.field_validator("sha256")
     @classmethod
     def _sha256(cls, value: str) -> str:
-        if not SHA256_PATTERN.match(value):
+        if not SHA256_PATTERN.fullmatch(value):
             raise ValueError("must be 64 lowercase hex characters")
         return value
 
@@ -184,6 +187,60 @@ def _describe(error: Mapping[str, Any]) -> tuple[str | None, str]:
     return field, str(error["msg"])
 
 
+Fields = tuple[str, str, str, int]
+"""A valid line's key, uri, sha256 and bytes."""
+
+
+def fields_of(number: int, raw: bytes) -> Fields:
+    """The fields of line `number`, validated exactly as `parse_line` validates them (same values
+    accepted, same errors): a plainly valid line, the usual case, is checked here without pydantic;
+    anything else goes to `parse_line`, which decides and names the error."""
+    plain = _plain_fields(raw)
+    if plain is not None:
+        return plain
+    line = parse_line(number, raw)
+    return line.key, line.uri, line.sha256, line.bytes
+
+
+_PLAIN_KEY = KEY_PATTERN.fullmatch
+_BAD_SEGMENT = re.compile(r"(?:^|/)\.{0,2}(?:/|\Z)").search
+"""An empty, "." or ".." path segment of a key (specs._check_document_key)."""
+_PLAIN_FILE_URI = re.compile(r"file:///[!-~]*").fullmatch
+"""A file:// URI with an absolute path in printable ASCII: no space, control character or NUL, so
+MANIFEST_URI_PATTERN, _check_manifest_uri and the storable check all hold without being run."""
+_PLAIN_HTTP_URI = re.compile(r"https?://[!-~]+").fullmatch
+_PLAIN_SHA256 = SHA256_PATTERN.fullmatch
+
+
+def _plain_fields(raw: bytes) -> Fields | None:
+    """The fields of a line that is valid for reasons checkable at a glance: a JSON object of exactly
+    the four fields, of exact types, printable ASCII, within limits. None for anything else (not
+    necessarily invalid: a non-ASCII URI, a file://localhost/ one, an invalid line). Accepts only
+    what ManifestLine accepts, with the same values (orjson and pydantic both keep the last of a
+    repeated name), so the slower path decides every line that is not plain."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(value) is not dict or len(value) != len(FIELDS):
+        return None
+    key, uri, sha256, size = value.get("key"), value.get("uri"), value.get("sha256"), value.get("bytes")
+    if type(key) is not str or type(uri) is not str or type(sha256) is not str or type(size) is not int:
+        return None
+    if not (0 < size <= DOCUMENT_MAX_BYTES and len(key) <= KEY_MAX and len(uri) <= URI_MAX):
+        return None
+    if _PLAIN_SHA256(sha256) is None or _PLAIN_KEY(key) is None or _BAD_SEGMENT(key) is not None:
+        return None
+    if _PLAIN_FILE_URI(uri) is None:
+        if _PLAIN_HTTP_URI(uri) is None:
+            return None
+        try:
+            specs._check_manifest_uri(uri)  # host, port, no credentials
+        except ValueError:
+            return None
+    return key, uri, sha256, size
+
+
 async def lines(
         uri: str,
         *,
@@ -194,47 +251,63 @@ async def lines(
     """Stream the manifest's documents as (line number, line); blank lines are skipped but counted.
     `namespace` is the batch's (trusted context): a file:// manifest is read only beneath its
     directories (`lading.documents.fetching.confine`)."""
+    async with contextlib.aclosing(
+        line_chunks(uri, settings=settings, namespace=namespace, session=session)
+    ) as chunks:
+        async for chunk in chunks:
+            for number, key, document_uri, sha256, size in chunk:
+                yield number, ManifestLine.model_construct(key=key, uri=document_uri, sha256=sha256, bytes=size)
+
+
+async def line_chunks(
+        uri: str,
+        *,
+        settings: DocumentSettings,
+        namespace: str,
+        session: aiohttp.ClientSession | None = None,
+) -> AsyncGenerator[list[tuple[int, str, str, str, int]], None]:
+    """`lines` as (line number, key, uri, sha256, bytes) tuples, a list per chunk read: one step
+    of the generator per chunk, not per line, which is most of the cost of a plain line."""
     number = 0
     total = 0
-    pending = bytearray()
+    pending = b""
     try:
         async with fetching.chunks(uri, session=session, settings=settings, namespace=namespace) as source:
             async for chunk in source:
                 total += len(chunk)
                 if total > MAX_MANIFEST_BYTES:
                     raise ManifestInvalid(f"manifest is larger than {MAX_MANIFEST_BYTES} bytes; split the batch")
-                pending += chunk
-                start = 0
-                while (end := pending.find(b"\n", start)) >= 0:
+                complete = (pending + chunk).split(b"\n")
+                pending = complete.pop()
+                parsed: list[tuple[int, str, str, str, int]] = []
+                for raw in complete:
                     number += 1
-                    parsed = _line(number, pending[start:end])
-                    if parsed is not None:
-                        yield number, parsed
-                    start = end + 1
-                del pending[:start]
+                    if (fields := _line(number, raw)) is not None:
+                        parsed.append((number, *fields))
                 if len(pending) > MAX_LINE_BYTES:
                     raise ManifestInvalid(
                         f"manifest line {number + 1}: longer than {MAX_LINE_BYTES} bytes", line=number + 1
                     )
+                if parsed:
+                    yield parsed
     except (fetching.DocumentUnavailable, fetching.DocumentNotFound) as exc:
         raise ManifestUnavailable(f"manifest {exc}") from None
     except fetching.FetchError as exc:
         raise ManifestInvalid(f"manifest {exc}") from None
     if pending:
         number += 1
-        parsed = _line(number, pending)
-        if parsed is not None:
-            yield number, parsed
+        if (fields := _line(number, pending)) is not None:
+            yield [(number, *fields)]
 
 
-def _line(number: int, raw: bytes | bytearray) -> ManifestLine | None:
+def _line(number: int, raw: bytes) -> Fields | None:
     if number > MAX_LINES:
         raise ManifestInvalid(f"manifest has more than {MAX_LINES} lines; split the batch", line=number)
     if len(raw) > MAX_LINE_BYTES:
         raise ManifestInvalid(f"manifest line {number}: longer than {MAX_LINE_BYTES} bytes", line=number)
     if not raw.strip():
         return None
-    return parse_line(number, bytes(raw))
+    return fields_of(number, raw)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,12 +346,14 @@ async def spool(
             try:
                 async with (
                     _timeout(settings.manifest_timeout_s, uri),
-                    contextlib.aclosing(lines(uri, settings=settings, namespace=namespace, session=session)) as stream,
+                    contextlib.aclosing(
+                        line_chunks(uri, settings=settings, namespace=namespace, session=session)
+                    ) as stream,
                 ):
-                    async for number, line in stream:
-                        writer.writerow((number, line.key, line.uri, line.sha256, line.bytes))
-                        documents += 1
-                        total_bytes += line.bytes
+                    async for rows in stream:
+                        writer.writerows(rows)
+                        documents += len(rows)
+                        total_bytes += sum(row[4] for row in rows)
             finally:
                 if session is not None:
                     await session.close()

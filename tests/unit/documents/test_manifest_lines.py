@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lading.documents import manifest_lines
@@ -59,13 +60,83 @@ def test_a_valid_line_parses() -> None:
         (line(extra=1), "manifest line 17: extra: unknown field (a line has exactly key, uri, sha256, bytes)"),
         (b"{not json", "manifest line 17: not valid JSON"),
         (b"[1, 2]", "manifest line 17: must be a JSON object with key, uri, sha256, bytes"),
+        # A final newline inside a value is not let through by a pattern's "$".
+        (line(key="inv-1\n"), "manifest line 17: key: must be a document key"),
+        (line(uri="file:///data/x\n"), "manifest line 17: uri: must be a file://, http:// or https:// URI"),
+        (line(sha256=SHA + "\n"), "manifest line 17: sha256: must be 64 lowercase hex characters"),
     ],
 )
-def test_errors_name_the_line_and_the_field(raw: bytes, message: str) -> None:
+@pytest.mark.parametrize("validate", [manifest_lines.parse_line, manifest_lines.fields_of])
+def test_errors_name_the_line_and_the_field(raw: bytes, message: str, validate: Callable[[int, bytes], object]) -> None:
     with pytest.raises(manifest_lines.ManifestInvalid) as caught:
-        manifest_lines.parse_line(17, raw)
+        validate(17, raw)
     assert str(caught.value).startswith(message)
     assert caught.value.line == 17
+
+
+ODD_TEXT = st.text(st.sampled_from("aZ09._-/:%,\"\\ \n\r\t\x00\x7fé\u2028\ud800"), max_size=12)
+PLAIN_TEXT = st.text(st.sampled_from("aZ09._-/:%,\"?#="), max_size=12)
+VALID = {
+    "key": st.from_regex(specs.DOCUMENT_KEY_PATTERN, fullmatch=True),
+    "uri": st.builds(str.__add__, st.sampled_from(["file:///", "https://h/", "http://h:8080/"]), PLAIN_TEXT),
+    "sha256": st.just(SHA),
+    "bytes": st.integers(min_value=1, max_value=manifest_lines.DOCUMENT_MAX_BYTES),
+}
+ODD = {
+    "key": st.one_of(
+        st.sampled_from(["a//b", "a/./b", "./a", "a/..", "..", ".", "a/", ".hidden/x", "a..b/c.", "k" * 257]),
+        ODD_TEXT,
+        st.integers(),
+    ),
+    "uri": st.one_of(
+        st.builds(
+            str.__add__,
+            st.sampled_from(["file://", "file://localhost/", "file://h/", "http://", "https://", "ftp://", ""]),
+            ODD_TEXT,
+        ),
+        st.sampled_from(["https://u:p@h/x", "http://h:99999/x", "https://[::1/x", "file:///" + "p" * 2048]),
+        st.none(),
+    ),
+    "sha256": st.one_of(st.sampled_from([SHA.upper(), SHA + "\n", SHA[:63]]), ODD_TEXT),
+    "bytes": st.one_of(
+        st.integers(min_value=-2, max_value=0),
+        st.integers(min_value=manifest_lines.DOCUMENT_MAX_BYTES + 1, max_value=2**70),
+        st.booleans(),
+        st.floats(allow_nan=False),
+        st.text(max_size=3),
+    ),
+    "extra": st.integers(),
+}
+
+
+@st.composite
+def manifest_line_values(draw: st.DrawFn) -> dict[str, object]:
+    """A valid line's values with up to two fields made odd, dropped, or added (`extra`)."""
+    values = {name: draw(strategy) for name, strategy in VALID.items()}
+    for name in draw(st.lists(st.sampled_from([*ODD, "drop"]), max_size=2)):
+        if name == "drop":
+            values.pop(draw(st.sampled_from(sorted(VALID))), None)
+        else:
+            values[name] = draw(ODD[name])
+    return values
+
+
+def outcome(validate: Callable[[int, bytes], object], raw: bytes) -> object:
+    try:
+        result = validate(9, raw)
+    except manifest_lines.ManifestInvalid as exc:
+        return str(exc), exc.line, exc.field
+    if isinstance(result, manifest_lines.ManifestLine):
+        return result.key, result.uri, result.sha256, result.bytes
+    return result
+
+
+@settings(max_examples=500)
+@given(values=manifest_line_values())
+def test_the_quick_check_of_plain_lines_decides_as_pydantic_does(values: dict[str, object]) -> None:
+    """fields_of checks plain lines without pydantic: the same values accepted, the same errors."""
+    raw = json.dumps(values).encode()
+    assert outcome(manifest_lines.fields_of, raw) == outcome(manifest_lines.parse_line, raw)
 
 
 def test_errors_never_repeat_the_line() -> None:
@@ -100,6 +171,17 @@ async def test_a_bad_line_deep_in_the_manifest_is_named(tmp_path: pathlib.Path) 
     uri = write(tmp_path / "acme" / "m.jsonl", lines)
     with pytest.raises(manifest_lines.ManifestInvalid, match=r"^manifest line 150: sha256: must be 64 lowercase hex"):
         await collect(uri, (str(tmp_path),))
+
+
+async def test_a_bad_last_line_without_a_newline_is_named_and_nothing_is_spooled(tmp_path: pathlib.Path) -> None:
+    lines = [line(key=f"k{i}") for i in range(1, 5001)]  # several chunks read
+    lines[-1] = line(key="k5000", bytes=0)
+    path = tmp_path / "acme" / "m.jsonl"
+    uri = write(path, lines)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    with pytest.raises(manifest_lines.ManifestInvalid, match=r"^manifest line 5000: bytes: must be greater than 0"):
+        async with manifest_lines.spool(uri, settings=DocumentSettings(roots=(str(tmp_path),)), namespace="acme"):
+            pytest.fail("a manifest with an invalid line was spooled")
 
 
 async def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path: pathlib.Path) -> None:
