@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -49,6 +50,7 @@ from lading import accepting
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.ids import PoolName, TenantName
+from lading.limiting import LimiterSettings
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 
 STUB = pathlib.Path(__file__).resolve().parent / "stub_model.py"
@@ -61,6 +63,12 @@ LATENCY_MS = 100.0
 PHASES = ("rpm-bound", "tpm-bound-cold", "tpm-bound", "drain-100ms", "drain-1s")
 DRAINS = {"drain-100ms": (100.0, 16, 1600), "drain-1s": (1000.0, 16, 480)}
 """phase: (call latency in ms, maxConcurrency, jobs): about 10 s and 30 s of work at the formula."""
+ONE_PROCESS, PROCESSES = "one-process", "processes"
+ARRANGEMENTS = (ONE_PROCESS, PROCESSES)
+"""How the drain phases run the workers: in this process, on one event loop, or each in a process of
+its own, as deployed (`LADING_BENCH_LIMITER_WORKERS`; both by default, reported side by side)."""
+HERE = pathlib.Path(__file__).resolve()
+ROOT = HERE.parent.parent
 TARGET_FRACTION = 0.97
 TARGET_DRAIN_ERROR = 0.05
 
@@ -126,26 +134,124 @@ async def _prepare(conn: asyncpg.Connection, *, url: str, rpm: int, tpm: int, co
     ))  # fmt: skip
 
 
-@contextlib.asynccontextmanager
-async def workers(url: str) -> AsyncIterator[None]:
-    from lading_worker import running
-
-    settings = WorkerProcessSettings(
+def _settings() -> WorkerProcessSettings:
+    return WorkerProcessSettings(
         pool=POOL,
         claimer=ClaimerSettings(concurrency=CONCURRENCY, batch_size=50, poll_interval_s=0.1),
         lease=LeaseSettings(),
         reaper=ReaperSettings(),
     )
-    pools = [await dbpool.create_pool(url, min_size=2, max_size=8) for _ in range(WORKERS)]
+
+
+async def _worker_pool(url: str) -> asyncpg.Pool:
+    """Sized and configured like `running.serve`'s (no reset query when a connection goes back)."""
+    return await dbpool.create_pool(url, min_size=2, max_size=8, reset_sessions=False)
+
+
+@contextlib.asynccontextmanager
+async def workers(url: str, *, arrangement: str = ONE_PROCESS) -> AsyncIterator[Workers]:
+    """`WORKERS` workers with their connection pools open; they start when the body begins."""
+    if arrangement == PROCESSES:
+        async with _worker_processes(url) as started:
+            yield started
+        return
+    from lading_worker import running
+
+    pools = [await _worker_pool(url) for _ in range(WORKERS)]
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(running.Worker(p, settings=settings).run(stop)) for p in pools]
+    lags: list[float] = []
+    lagging = asyncio.create_task(_loop_lag(lags))
+    tasks = [asyncio.create_task(running.Worker(p, settings=_settings()).run(stop)) for p in pools]
+    started = Workers(cpu_s=time.process_time, lags=lambda: _lag_summary(lags))
     try:
-        yield
+        yield started
     finally:
+        lagging.cancel()
         stop.set()
         await asyncio.wait(tasks, timeout=30)
         for p in pools:
             await p.close()
+
+
+@dataclasses.dataclass
+class Workers:
+    cpu_s: Callable[[], float]
+    """CPU seconds the workers used so far (with the bench process itself, when they run in it)."""
+    lags: Callable[[], dict[str, float | None]]
+    """How late the workers' event loop(s) woke a task sleeping 10 ms (`_lag_summary`)."""
+
+
+@contextlib.asynccontextmanager
+async def _worker_processes(url: str) -> AsyncIterator[Workers]:
+    """`WORKERS` worker processes (each one event loop, as deployed: separate processes or pods),
+    started together once all have their connection pool open (`worker_main`)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("", "api", "worker", "cli"))}
+    children = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, str(HERE), "--worker", url, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        for _ in range(WORKERS)
+    ]  # fmt: skip
+    reports: list[dict[str, Any]] = []
+    try:
+        for child in children:
+            assert child.stdout is not None
+            line = await asyncio.wait_for(child.stdout.readline(), 60)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"a worker process did not start: {line!r}")
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+        await asyncio.gather(*(c.stdin.drain() for c in children if c.stdin is not None))
+
+        def lags() -> dict[str, float | None]:
+            if not reports:
+                return {"loop_lag_mean_ms": None, "loop_lag_p90_ms": None}
+            return {key: round(sum(r[key] or 0.0 for r in reports) / len(reports), 2)
+                    for key in ("loop_lag_mean_ms", "loop_lag_p90_ms")}
+
+        yield Workers(cpu_s=lambda: sum(cpu_s(c.pid) for c in children), lags=lags)
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"stop\n")
+        for child in children:
+            assert child.stdout is not None
+            line = await asyncio.wait_for(child.stdout.readline(), 60)
+            reports.append(json.loads(line))
+    finally:
+        for child in children:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.wait(), 30)
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+
+
+async def _worker_process(url: str) -> None:
+    """One worker process of `_worker_processes`: opens its pool, says `ready`, runs from `go` to
+    `stop` (stdin), then prints how late its event loop woke a task (JSON) and closes."""
+    from lading_worker import running
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    db = await _worker_pool(url)
+    try:
+        print("ready", flush=True)
+        if (await reader.readline()).strip() != b"go":
+            return
+        stop = asyncio.Event()
+        lags: list[float] = []
+        lagging = asyncio.create_task(_loop_lag(lags))
+        task = asyncio.create_task(running.Worker(db, settings=_settings()).run(stop))
+        await reader.readline()  # stop (or the parent is gone)
+        lagging.cancel()
+        print(json.dumps(_lag_summary(lags)), flush=True)
+        stop.set()
+        await asyncio.wait([task], timeout=30)
+    finally:
+        await db.close()
 
 
 async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int, tpm: int, concurrency: int,
@@ -175,15 +281,13 @@ async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int
 
 
 async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concurrency: int, jobs: int,
-                 rpm: int = 1_000_000, tpm: int = 1_000_000_000) -> dict[str, Any]:
+                 arrangement: str = ONE_PROCESS, rpm: int = 1_000_000, tpm: int = 1_000_000_000) -> dict[str, Any]:
     async with stub("--latency-ms", str(latency_ms), "--concurrency", str(concurrency), "--accounting", "reserved",
                     "--rpm", str(rpm), "--tpm", str(tpm), "--latency-from-arrival") as stub_url:
         await _prepare(conn, url=stub_url, rpm=rpm, tpm=tpm, concurrency=concurrency, jobs=jobs)
         await _track_functions(conn)
-        stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]), time.process_time()
-        async with workers(url):
-            lags: list[float] = []
-            lagging = asyncio.create_task(_loop_lag(lags))
+        async with workers(url, arrangement=arrangement) as started_workers:
+            stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]), started_workers.cpu_s()
             started, started_wall = time.perf_counter(), time.time()
             while True:
                 left = await conn.fetchval(
@@ -193,14 +297,14 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
                     break
                 await asyncio.sleep(0.05)
             drained_s = time.perf_counter() - started
-            lagging.cancel()
-            stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]) - stub_cpu, time.process_time() - own_cpu
+            stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]) - stub_cpu, started_workers.cpu_s() - own_cpu
             # The workers' backends, opened with their connection pools: PostgreSQL's CPU for the run.
             backends = await conn.fetch(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                 " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
             )
             db_cpu = sum(cpu_s(b["pid"]) for b in backends)
+        lag = started_workers.lags()  # the processes report theirs when they stop
         stats = stub_stats(stub_url)
         functions = await _function_times(conn)
         first = await conn.fetchrow(
@@ -209,11 +313,16 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
         )
         slots = await _slots(conn, concurrency=concurrency)
         holds = await conn.fetchrow(
-            "SELECT avg(extract(epoch FROM released_at - acquired_at))::float8 AS hold,"
-            "       sum(extract(epoch FROM released_at - acquired_at))::float8 AS held,"
-            "       avg(extract(epoch FROM acquired_at))::float8 AS granted_at,"
-            "       avg(extract(epoch FROM released_at))::float8 AS released_at,"
-            "       extract(epoch FROM max(released_at) - min(acquired_at))::float8 AS span FROM limiter_permits"
+            f"SELECT avg(extract(epoch FROM released_at - s.slot_at))::float8 AS hold,"
+            f"       sum(extract(epoch FROM released_at - s.slot_at))::float8 AS held,"
+            f"       avg(extract(epoch FROM s.slot_at))::float8 AS granted_at,"
+            f"       avg(extract(epoch FROM released_at))::float8 AS released_at,"
+            f"       extract(epoch FROM max(released_at) - min(s.slot_at))::float8 AS span,"
+            f"       count(*) FILTER (WHERE s.slot_at > acquired_at + interval '1 millisecond') AS standby_used"
+            f"  FROM ({SLOT_PERMITS}) s"
+        )
+        standby_returned = await conn.fetchval(
+            "SELECT count(*) FROM limiter_permits WHERE expires_at <= acquired_at AND released_at IS NOT NULL"
         )
     requests = len(stats["admitted"])
     tokens_per_job = sum(n for _, n in stats["admitted"]) / max(1, requests)
@@ -225,13 +334,15 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "first_claim_s": round(first["claim"] - started_wall, 3),
             "first_grant_s": round(first["grant"] - started_wall, 3),
             "permit_held_ms": round(holds["hold"] * 1000, 1),
+            "standby_permits_used": holds["standby_used"], "standby_permits_returned": standby_returned,
             **_hold_parts(holds, stats["admitted"], latency_ms=latency_ms),
             "mean_in_flight": round(holds["held"] / holds["span"], 2),
             **slots,
-            "cpu_s": {"workers_and_bench": round(own_cpu, 2), "stub": round(stub_cpu, 2),
-                      "postgres_backends": round(db_cpu, 2)},
+            "workers": arrangement,
+            "cpu_s": {"workers" if arrangement == PROCESSES else "workers_and_bench": round(own_cpu, 2),
+                      "stub": round(stub_cpu, 2), "postgres_backends": round(db_cpu, 2)},
             "limiter_functions": functions,
-            **_lag_summary(lags),
+            **lag,
             "stub_answer_late_ms": stats.get("answer_late_mean_ms"),
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
 
@@ -284,12 +395,22 @@ async def _function_times(conn: asyncpg.Connection) -> dict[str, Any]:
         "calls": r["calls"], "total_ms": round(r["total_time"]), "self_ms": round(r["self_time"])} for r in rows}
 
 
-SLOTS_SQL = """
+PERMIT_TTL_S = LimiterSettings().permit_ttl_s
+SLOT_PERMITS = f"""
+SELECT p.*, p.expires_at - make_interval(secs => {PERMIT_TTL_S}) AS slot_at
+  FROM limiter_permits p
+ WHERE p.expires_at > p.acquired_at
+"""
+"""The permits that held a slot, and when each took it (`slot_at`): when granted, or for a standby
+permit (`LimiterSettings.standby_s`), granted earlier with no slot, when a release handed it one
+(either way the slot's permit expires `permit_ttl_s` later). Standby permits given back held none."""
+
+SLOTS_SQL = f"""
 WITH grants AS (
-    SELECT acquired_at AS a, row_number() OVER (ORDER BY acquired_at, id) AS n FROM limiter_permits
+    SELECT slot_at AS a, row_number() OVER (ORDER BY slot_at, id) AS n FROM ({SLOT_PERMITS}) s
 ), releases AS (
     SELECT released_at AS r, row_number() OVER (ORDER BY released_at, id) AS n
-      FROM limiter_permits WHERE released_at IS NOT NULL
+      FROM ({SLOT_PERMITS}) s WHERE released_at IS NOT NULL
 ), gaps AS (
     SELECT extract(epoch FROM g.a - r.r)::float8 AS g FROM releases r JOIN grants g ON g.n = r.n + $1
 )
@@ -331,6 +452,7 @@ async def _slots(conn: asyncpg.Connection, *, concurrency: int) -> dict[str, Any
 
 async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     phases = [p for p in os.environ.get("LADING_BENCH_LIMITER_PHASES", ",".join(PHASES)).split(",") if p]
+    arrangements = [a for a in os.environ.get("LADING_BENCH_LIMITER_WORKERS", ",".join(ARRANGEMENTS)).split(",") if a]
     results: dict[str, Any] = {}
     conn = await dbpool.connect(url)
     try:
@@ -352,9 +474,12 @@ async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
                 "max_fraction": round(found["max_tokens_any_60s"] / tpm, 4),
             }
         for phase, (latency_ms, concurrency, jobs) in DRAINS.items():
-            if phase in phases:
-                results[phase.replace("-", "_")] = await _drain(
-                    conn, url, latency_ms=latency_ms, concurrency=concurrency, jobs=jobs
+            if phase not in phases:
+                continue
+            for arrangement in arrangements:
+                suffix = "_processes" if arrangement == PROCESSES else ""
+                results[phase.replace("-", "_") + suffix] = await _drain(
+                    conn, url, latency_ms=latency_ms, concurrency=concurrency, jobs=jobs, arrangement=arrangement
                 )
     finally:
         await conn.close()
@@ -368,3 +493,7 @@ async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
         for name, r in results.items()
     )
     return results, targets, passed
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    asyncio.run(_worker_process(sys.argv[2]))
