@@ -39,6 +39,52 @@ WITH released AS (
 )
 SELECT id, pg_notify('lading_limiter', pool), set_config('synchronous_commit', 'off', true) FROM released;
 
+-- name: limiter_hand_over
+-- Release permit $1 ($2: the tokens to count, NULL keeps the reservation, as limiter_release) and
+-- give its concurrency slot to standby permit $3, which then expires $4 seconds from now. A standby
+-- permit was granted earlier under the request, token and pacing limits, with expires_at =
+-- acquired_at: it counted as a request and tokens, never as in flight. Both rows change in one
+-- statement, so every count of permits in flight sees either the released permit or the standby one,
+-- never both and never neither: the pool's row lock is not needed. The slot changes hands only when
+-- $1 still held it (not released, not expired). Commits without waiting for the WAL flush.
+WITH released AS (
+    UPDATE limiter_permits
+       SET released_at = clock_timestamp(), tokens_used = $2
+     WHERE id = $1 AND released_at IS NULL AND expires_at > clock_timestamp()
+    RETURNING id, pool, acquired_at, tokens_reserved, tokens_used
+), rolled AS (
+    UPDATE limiter_seconds s
+       SET tokens = s.tokens + (r.tokens_used - r.tokens_reserved)
+      FROM released r
+     WHERE r.tokens_used IS NOT NULL AND r.tokens_used <> r.tokens_reserved
+       AND s.pool = r.pool AND s.second = date_trunc('second', r.acquired_at)
+), activated AS (
+    UPDATE limiter_permits p
+       SET expires_at = clock_timestamp() + make_interval(secs => $4)
+      FROM released r
+     WHERE p.id = $3 AND p.pool = r.pool AND p.released_at IS NULL
+    RETURNING p.id
+)
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM activated) AS activated,
+       set_config('synchronous_commit', 'off', true) AS commit_mode;
+
+-- name: limiter_standby_return
+-- Give back standby permit $1 that never took a slot (still expires_at = acquired_at, never handed
+-- over): released, counting no tokens (it never reached the provider); its request stays counted.
+-- Wakes nobody: no slot was freed. Commits without waiting for the WAL flush.
+WITH released AS (
+    UPDATE limiter_permits
+       SET released_at = clock_timestamp(), tokens_used = 0
+     WHERE id = $1 AND released_at IS NULL AND expires_at <= acquired_at
+    RETURNING pool, acquired_at, tokens_reserved
+), rolled AS (
+    UPDATE limiter_seconds s
+       SET tokens = s.tokens - r.tokens_reserved
+      FROM released r
+     WHERE r.tokens_reserved <> 0 AND s.pool = r.pool AND s.second = date_trunc('second', r.acquired_at)
+)
+SELECT count(*) AS released, set_config('synchronous_commit', 'off', true) AS commit_mode FROM released;
+
 -- name: limiter_acquire_recording
 -- limiter_try_acquire ($1..$10), and when the next asked permit is refused for concurrency alone,
 -- the attempts not granted whose $12[i] is set are recorded as waiting in the replica whose
