@@ -266,20 +266,7 @@ async def _accept_manifest(
             await locks.set_local_lock_timeout(conn, seconds=lock_timeout_s)
             await jobs.set_local_insert_settings(conn, counted_by_caller=False)
             await job_documents.stage_manifest(conn, manifest)
-            duplicate = await job_documents.staged_duplicate_key(conn)
-            if duplicate is not None:
-                raise manifest_lines.ManifestInvalid(
-                    f"manifest line {duplicate.line}: key: {duplicate.key!r} is already listed on line "
-                    f"{duplicate.first_line}; keys must be unique in a manifest",
-                    line=duplicate.line,
-                    field="key",
-                )
-            hasher = hashing.BatchRequestHasher(
-                schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
-            )
-            async for pairs in job_documents.staged_pair_chunks(conn):
-                hasher.add_many(pairs)
-            batch_hash = hasher.hexdigest()
+            batch_hash = await _staged_batch_hash(conn, request)
             inserted = await _insert_batch(conn, request, batch_hash, total_jobs=manifest.documents)
             if inserted is None:
                 return await _existing(conn, request, batch_hash)
@@ -309,6 +296,30 @@ async def _accept_manifest(
             f"batch {request.idempotency_key} is being accepted by another transaction; retry shortly"
         ) from None
     return AcceptResult(batch_id=batch_id, job_ids=job_ids, created=True)
+
+
+async def _staged_batch_hash(conn: asyncpg.Connection, request: BatchRequest) -> str:
+    """The batch request hash of the staged manifest, its (key, sha256) pairs streamed in key order.
+    The same pass checks that every key is unique: a key listed twice arrives twice in a row, which
+    the hasher refuses; only then is the staging table searched for the lines to name (so a valid
+    manifest is not sorted by key a second time for the check)."""
+    hasher = hashing.BatchRequestHasher(
+        schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
+    )
+    try:
+        async for pairs in job_documents.staged_pair_chunks(conn):
+            hasher.add_many(pairs)
+    except ValueError:
+        duplicate = await job_documents.staged_duplicate_key(conn)
+        if duplicate is None:
+            raise
+        raise manifest_lines.ManifestInvalid(
+            f"manifest line {duplicate.line}: key: {duplicate.key!r} is already listed on line "
+            f"{duplicate.first_line}; keys must be unique in a manifest",
+            line=duplicate.line,
+            field="key",
+        ) from None
+    return hasher.hexdigest()
 
 
 async def _insert_batch(

@@ -165,6 +165,23 @@ async def test_a_duplicate_key_admits_nothing_and_names_both_lines(
     assert await counts(db) == (0, 0, 0, 0)
 
 
+async def test_of_several_duplicate_keys_the_one_repeated_first_is_named(
+        db: asyncpg.Connection, tmp_path: pathlib.Path
+) -> None:
+    """Named by the line of its repetition, not by the key's place in key order (the order the
+    hash finds repetitions in)."""
+    await factories.seed(db)
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 500)
+    lines += [lines[300], lines[41], lines[300]]
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(applying.InvalidManifest, match=r"manifest line 501: key: 'doc-000300' is already listed on "
+                                                      r"line 301; keys must be unique"):
+        await applying.admit_batch(
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+        )
+    assert await counts(db) == (0, 0, 0, 0)
+
+
 async def test_readmission_is_idempotent_and_a_changed_manifest_conflicts(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
