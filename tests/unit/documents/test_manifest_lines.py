@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import pathlib
 from collections.abc import Callable
@@ -217,6 +219,23 @@ async def test_spool_counts_documents_and_bytes_and_deletes_its_file(tmp_path: p
         assert rows[1].startswith('2,b,"file:///d/x,""y""",')
         path = spooled.path
     assert not path.exists()
+
+
+@given(
+    uris=st.lists(
+        st.one_of(
+            st.from_regex(specs.MANIFEST_URI_PATTERN, fullmatch=True).filter(lambda u: "\n" not in u and "\r" not in u),
+            st.sampled_from(['file:///a"b', "file:///a,b", 'https://h/é"x,y""']),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_spool_rows_are_written_as_the_csv_module_writes_them(uris: list[str]) -> None:
+    rows = [(i + 1, f"k{i}", uri, SHA, i + 5) for i, uri in enumerate(uris)]
+    expected = io.StringIO()
+    csv.writer(expected, lineterminator="\n").writerows(rows)
+    assert manifest_lines._csv(rows) == expected.getvalue()
 
 
 async def test_an_empty_manifest_is_invalid(tmp_path: pathlib.Path) -> None:
