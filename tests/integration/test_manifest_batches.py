@@ -506,3 +506,18 @@ async def test_uris_with_commas_quotes_and_backslashes_survive_the_bulk_load(
         "SELECT d.uri FROM job_documents d JOIN extraction_jobs j ON j.id = d.job_id ORDER BY j.ordinal"
     )
     assert [r["uri"] for r in stored] == odd
+
+
+@pytest.mark.parametrize("digest", ["A" * 64, "a" * 63, "a" * 65, "a" * 63 + "\n", "a" * 63 + "g", "é" * 64, ""])
+async def test_the_database_refuses_a_document_digest_that_is_not_64_lowercase_hex_digits(
+        db: asyncpg.Connection, tmp_path: pathlib.Path, digest: str
+) -> None:
+    """job_documents_sha256_hex (migration 0047: the rule of 0008, checked more cheaply)."""
+    await factories.seed(db)
+    synthetic_manifest(tmp_path / "acme" / "m.jsonl", 1)
+    await applying.admit_batch(
+        db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+    )
+    await db.execute("UPDATE job_documents SET sha256 = $1", "0123456789abcdef" * 4)  # a valid one passes
+    with pytest.raises(asyncpg.CheckViolationError, match="job_documents_sha256_hex"):
+        await db.execute("UPDATE job_documents SET sha256 = $1", digest)
