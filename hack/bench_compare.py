@@ -33,7 +33,8 @@ same PostgreSQL and RabbitMQ, one after the other.
 - Acceptance vs a plain COPY: the `accept` scenario (`bench.bench_accept`), once, after the rounds:
   five 10,000-document batches through `accepting.accept_batch`, each followed by one transaction
   that COPYs 10,000 job rows and 10,000 outbox rows into the tables `COPY_SETUP` makes (the same
-  columns, only a primary key); the ratio of the medians' jobs/s.
+  columns, only a primary key); the ratio of the medians' jobs/s. Beside it, not the target: the
+  ratio to the same COPY with each job's document text as well (`COPY_DOCUMENTS_SETUP`).
 
 CPU per job: the worker's (this process's rusage for in-process workers, /proc of the celery
 process tree for Celery) and PostgreSQL's (utime + stime from /proc/<pid>/stat of the backends
@@ -1004,6 +1005,17 @@ ALTER TABLE compare_copy_outbox ADD PRIMARY KEY (id);
 """The tables a plain COPY of the job and outbox rows goes into: the same columns, only a primary key."""
 OUTBOX_COLUMNS = ("event_id", "aggregate_type", "aggregate_id", "type", "payload")
 """The outbox columns that COPY fills (one `extraction.accepted.v1` row per job)."""
+COPY_DOCUMENTS_SETUP = """
+DROP TABLE IF EXISTS compare_documents_jobs, compare_documents_outbox, compare_documents;
+CREATE TABLE compare_documents_jobs (LIKE compare_copy_jobs INCLUDING ALL);
+CREATE TABLE compare_documents_outbox (LIKE compare_copy_outbox INCLUDING ALL);
+CREATE TABLE compare_documents (LIKE job_documents INCLUDING DEFAULTS INCLUDING GENERATED);
+ALTER TABLE compare_documents ADD PRIMARY KEY (job_id);
+"""
+"""A second reference, reported beside the target's (after COPY_SETUP): the same plain COPY plus each
+job's document text, what acceptance also stores and the plain COPY does not, into tables of their
+own (the target's tables grow as before) with only a primary key each."""
+DOCUMENT_COLUMNS = ("job_id", "text", "bytes")
 
 
 async def _accept_vs_copy(url: str) -> dict[str, Any]:
@@ -1025,6 +1037,8 @@ async def _accept_vs_copy(url: str) -> dict[str, Any]:
         "copy_jobs_per_s_median": copy["jobs_per_s_median"],
         "ratio": round(accepted["accept_vs_copy"], 2),
         "ratio_by_cpu": accepted.get("accept_vs_copy_cpu"),
+        "ratio_to_copy_with_documents": accepted.get("accept_vs_copy_with_documents"),
+        "ratio_to_copy_with_documents_by_cpu": accepted.get("accept_vs_copy_with_documents_cpu"),
         "accept_ms_all": accepted["ms_per_batch_all"],
         "copy_ms_all": copy["ms_all"],
         "accept_cpu_ms_per_batch_median": accepted.get("cpu_ms_per_batch_median"),
