@@ -830,7 +830,7 @@ class PoolLimiter:
                 self._hand(waiter, standby)
                 self._standby_taken = True
                 self._wake.set()  # the asker takes a standby permit for the next in line
-                await self._hand_over(permit, tokens_used=tokens_used, standby=standby)
+                await self._hand_over(permit, tokens_used=tokens_used, standby=standby, recorded=waiter.recorded)
                 return
         # One waiter: the release frees one slot. Releases that finish together (calls granted
         # together end together) then each hand their slot to a waiter of their own.
@@ -978,16 +978,20 @@ class PoolLimiter:
             # Left as it is, it only counts as a request and its tokens until the window passes it.
             logger.debug("Cannot return standby permit %s of pool %s: %s", standby.id, self.pool, exc)
 
-    async def _hand_over(self, permit: Permit, *, tokens_used: int | None, standby: Permit) -> None:
+    async def _hand_over(self, permit: Permit, *, tokens_used: int | None, standby: Permit, recorded: bool) -> None:
         """Record that `standby` took the slot of `permit` (`limiter.hand_over`), retried until it is
-        recorded or the permit would have expired anyway. A release of `standby` waits for it first
-        (`_activated`)."""
-        task = asyncio.create_task(self._record_hand_over(permit, tokens_used=tokens_used, standby=standby))
+        recorded or the permit would have expired anyway; its attempt, if `recorded` as waiting, is
+        forgotten. A release of `standby` waits for it first (`_activated`)."""
+        task = asyncio.create_task(
+            self._record_hand_over(permit, tokens_used=tokens_used, standby=standby, recorded=recorded)
+        )
         self._activating[standby.id] = task
         task.add_done_callback(lambda _: self._activating.pop(standby.id, None))
         await asyncio.shield(task)
 
-    async def _record_hand_over(self, permit: Permit, *, tokens_used: int | None, standby: Permit) -> None:
+    async def _record_hand_over(
+            self, permit: Permit, *, tokens_used: int | None, standby: Permit, recorded: bool
+    ) -> None:
         give_up_at = time.monotonic() + self.settings.permit_ttl_s
         failures = 0
         while True:
@@ -995,7 +999,7 @@ class PoolLimiter:
                 async with self._connection() as conn:
                     took = await limiter.hand_over(
                         conn, permit_id=permit.id, tokens_used=tokens_used, standby_id=standby.id,
-                        permit_ttl_s=self.settings.permit_ttl_s,
+                        permit_ttl_s=self.settings.permit_ttl_s, recorded=recorded,
                     )  # fmt: skip
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 failures += 1

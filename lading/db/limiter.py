@@ -149,13 +149,22 @@ async def acquire_standby(
 
 
 async def hand_over(
-        conn: asyncpg.Connection, *, permit_id: int, tokens_used: int | None, standby_id: int, permit_ttl_s: float
+        conn: asyncpg.Connection,
+        *,
+        permit_id: int,
+        tokens_used: int | None,
+        standby_id: int,
+        permit_ttl_s: float,
+        recorded: bool = False,
 ) -> bool:
     """Release permit `permit_id` (`tokens_used` as in `release`) and give its slot to standby permit
     `standby_id`, which expires `permit_ttl_s` from now: in one statement, so every count of permits
     in flight sees the one or the other. Nothing changes hands unless the released permit still held
-    its slot (not released, not expired). Returns whether the standby permit took the slot."""
-    row = await conn.fetchrow(queries.sql("limiter_hand_over"), permit_id, tokens_used, standby_id, permit_ttl_s)
+    its slot (not released, not expired). `recorded`: the standby permit's attempt was recorded as waiting
+    (`acquire_recording`), and is forgotten. Returns whether the standby permit took the slot."""
+    row = await conn.fetchrow(
+        queries.sql("limiter_hand_over"), permit_id, tokens_used, standby_id, permit_ttl_s, recorded
+    )
     assert row is not None
     return bool(row["activated"])
 

@@ -46,7 +46,9 @@ SELECT id, pg_notify('lading_limiter', pool), set_config('synchronous_commit', '
 -- acquired_at: it counted as a request and tokens, never as in flight. Both rows change in one
 -- statement, so every count of permits in flight sees either the released permit or the standby one,
 -- never both and never neither: the pool's row lock is not needed. The slot changes hands only when
--- $1 still held it (not released, not expired). Commits without waiting for the WAL flush.
+-- $1 still held it (not released, not expired). $5: the standby permit's attempt was recorded as
+-- waiting (limiter_waiters): it is forgotten, so that no other replica's release grants it a slot it
+-- no longer needs. Commits without waiting for the WAL flush.
 WITH released AS (
     UPDATE limiter_permits
        SET released_at = clock_timestamp(), tokens_used = $2
@@ -63,7 +65,11 @@ WITH released AS (
        SET expires_at = clock_timestamp() + make_interval(secs => $4)
       FROM released r
      WHERE p.id = $3 AND p.pool = r.pool AND p.released_at IS NULL
-    RETURNING p.id
+    RETURNING p.id, p.pool, p.job_id, p.fence
+), forgotten AS (
+    DELETE FROM limiter_waiters w
+     USING activated a
+     WHERE $5 AND w.pool = a.pool AND w.job_id = a.job_id AND w.fence = a.fence
 )
 SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM activated) AS activated,
        set_config('synchronous_commit', 'off', true) AS commit_mode;
