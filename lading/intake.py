@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import logging
 import re
@@ -50,7 +51,7 @@ import orjson
 import pydantic
 
 from lading import accepting, applying, errors, failpoints, grouping, storable
-from lading.db import api_requests, batches, outbox, submissions
+from lading.db import api_requests, batches, outbox, registry, submissions
 from lading.documents import manifest_lines
 from lading.ids import BatchId, JobId, PoolName, TenantName
 from lading.jobs import hashing
@@ -340,67 +341,76 @@ async def _submit(
 
 @dataclasses.dataclass(frozen=True)
 class _Group:
-    """What a rolling batch's documents share, and the batch row to open for them."""
+    """What a rolling batch's documents share (the batch row's columns); `new_row` is the row of a
+    batch to open for them, built only when one is opened (most documents join an open one)."""
 
-    row: batches.NewBatch
+    namespace: str
+    tenant: TenantName
+    pool: PoolName
+    endpoint: str | None
+    priority: int
+    deadline_s: int
     group: str
+    """The shared columns as one text (`_group_key`): the rolling group, its slots' prefix."""
     model_policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    validation_policy: str = specs.VALIDATION_POLICY_DEFAULT
 
-    @property
-    def validation_policy(self) -> str:
-        return self.row.validation_policy
+    def new_row(self) -> batches.NewBatch:
+        """A batch row of this group under a new name and uid (each batch opened has its own)."""
+        name = f"documents-{uuid.uuid4().hex[:12]}"
+        uid = str(uuid.uuid4())
+        return batches.NewBatch(
+            tenant=self.tenant, namespace=self.namespace, name=name, uid=uid,
+            idempotency_key=accepting.idempotency_key(namespace=self.namespace, name=name, uid=uid),
+            # A rolling batch is never re-accepted by key: its hash names the group (its documents grow).
+            request_hash=hashing.batch_request_hash(
+                schema=SCHEMA, model_policy=self.model_policy, validation_policy=self.validation_policy,
+                documents=[("group", self.group)],
+            ),
+            hash_version=hashing.HASH_VERSION, schema=SCHEMA, pool=self.pool, validation_policy=self.validation_policy,
+            priority=self.priority, deadline_s=self.deadline_s, endpoint=self.endpoint, suspended=False, total_jobs=0,
+        )  # fmt: skip
 
-    @property
-    def priority(self) -> int:
-        return self.row.priority
-
-    @property
-    def deadline_s(self) -> int:
-        return self.row.deadline_s
+    def job_request_hash(self) -> Callable[[str], str]:
+        """The job request hash of this group's documents, by content digest."""
+        return _job_request_hasher(self.pool, self.model_policy["provider"], self.model_policy["model"],
+                                   self.validation_policy)
 
 
 def _rolling_batch(
         *,
         namespace: str,
         tenant: TenantName,
-        pool: PoolName,
+        pool: registry.Pool,
         endpoint: str | None,
         request: DocumentRequest,
-        model_policy: Mapping[str, Any],
 ) -> _Group:
-    validation_policy = specs.VALIDATION_POLICY_DEFAULT
-    group = _group_key(namespace=namespace, tenant=tenant, pool=pool, endpoint=endpoint, request=request)
-    name = f"documents-{uuid.uuid4().hex[:12]}"
-    uid = str(uuid.uuid4())
-    row = batches.NewBatch(
-        tenant=tenant, namespace=namespace, name=name, uid=uid,
-        idempotency_key=accepting.idempotency_key(namespace=namespace, name=name, uid=uid),
-        # A rolling batch is never re-accepted by key: its hash names the group (its documents grow).
-        request_hash=hashing.batch_request_hash(
-            schema=SCHEMA, model_policy=model_policy, validation_policy=validation_policy, documents=[("group", group)]
-        ),
-        hash_version=hashing.HASH_VERSION, schema=SCHEMA, pool=pool, validation_policy=validation_policy,
-        priority=accepting.PRIORITIES[request.priority], deadline_s=request.deadline_seconds, endpoint=endpoint,
-        suspended=False, total_jobs=0,
+    return _Group(
+        namespace=namespace, tenant=tenant, pool=pool.name, endpoint=endpoint,
+        priority=accepting.PRIORITIES[request.priority], deadline_s=request.deadline_seconds,
+        group=_group_key(tenant, namespace, pool.name, endpoint, request.priority, request.deadline_seconds),
+        model_policy={"pool": pool.name, "provider": pool.provider, "model": pool.model},
     )  # fmt: skip
-    return _Group(row=row, group=group, model_policy=model_policy)
 
 
-def _group_key(*, namespace: str, tenant: TenantName, pool: PoolName, endpoint: str | None,
-               request: DocumentRequest) -> str:
-    """What a rolling batch's documents share, as one text (the batch row's columns)."""
-    shared = [tenant, namespace, pool, endpoint, request.priority, request.deadline_seconds, SCHEMA,
-              specs.VALIDATION_POLICY_DEFAULT]
+@functools.lru_cache(maxsize=4096)
+def _group_key(tenant: TenantName, namespace: str, pool: PoolName, endpoint: str | None, priority: str,
+               deadline_seconds: int) -> str:
+    """What a rolling batch's documents share, as one text (the batch row's columns). Kept per
+    combination: a document's group is computed for every document, from a handful of values."""
+    shared = [tenant, namespace, pool, endpoint, priority, deadline_seconds, SCHEMA, specs.VALIDATION_POLICY_DEFAULT]
     return hashing.canonical_json(shared).decode()
 
 
-def _renamed(batch: _Group) -> _Group:
-    """The same group's batch row under a new name and uid (each batch opened has its own)."""
-    name = f"documents-{uuid.uuid4().hex[:12]}"
-    uid = str(uuid.uuid4())
-    row = dataclasses.replace(batch.row, name=name, uid=uid, idempotency_key=accepting.idempotency_key(
-        namespace=batch.row.namespace, name=name, uid=uid))
-    return dataclasses.replace(batch, row=row)
+@functools.lru_cache(maxsize=1024)
+def _job_request_hasher(pool: PoolName, provider: str, model: str | None,
+                        validation_policy: str) -> Callable[[str], str]:
+    """`hashing.job_request_hasher` of a pool's documents, made once per pool (its template is JSON
+    serialised once, not once per transaction)."""
+    return hashing.job_request_hasher(
+        schema=SCHEMA, model_policy={"pool": pool, "provider": provider, "model": model},
+        validation_policy=validation_policy,
+    )  # fmt: skip
 
 
 def _slots(group: str, settings: RollingBatchSettings) -> list[str]:
@@ -425,6 +435,7 @@ async def _open_batch_for(
     only for a batch whose holder waits for none: no cycle. `first_pick`: the answer of a pick this
     transaction made for the group and `key` already (`submissions.claim_group`), used as the first."""
     slots = _slots(batch.group, settings)
+    row: batches.NewBatch | None = None
     mine = slots[int(hashlib.sha256(key.encode("utf-8", "replace")).hexdigest(), 16) % len(slots)]
     for _ in range(_OPEN_ATTEMPTS):
         while True:
@@ -437,17 +448,18 @@ async def _open_batch_for(
             if _takes(free, settings):
                 return free.id, free.name, False, free.total_jobs
             await batches.close_rolling(conn, batch_id=free.id)
+        row = row or batch.new_row()
         for slot in slots:
-            opened = await batches.open_rolling(conn, batch.row, group=slot, open_s=settings.open_s)
+            opened = await batches.open_rolling(conn, row, group=slot, open_s=settings.open_s)
             if opened is not None:
-                return opened, batch.row.name, True, 0
+                return opened, row.name, True, 0
         held = await batches.lock_open_rolling(conn, group=mine, document_key=key)
         if held is not None:
             if _takes(held, settings):
                 return held.id, held.name, False, held.total_jobs
             await batches.close_rolling(conn, batch_id=held.id)
     raise errors.AcceptanceInProgress(
-        f"the rolling batch of namespace {batch.row.namespace} is being opened by other transactions; retry shortly"
+        f"the rolling batch of namespace {batch.namespace} is being opened by other transactions; retry shortly"
     )
 
 
@@ -672,8 +684,13 @@ class _GroupHints:
         return (pending.namespace, request.inference_pool_ref, request.delivery_endpoint_ref, request.priority,
                 request.deadline_seconds)
 
-    def group_of(self, pending: _Pending) -> str | None:
-        return self._groups.get(self._fields(pending))
+    def group_of(self, group: Sequence[_Pending]) -> str | None:
+        """The rolling group the documents of `group` went to last, when they all share their fields
+        (then they all go to one rolling group, whose batches no other lock precedes)."""
+        fields = self._fields(group[0])
+        if any(self._fields(pending) != fields for pending in group[1:]):
+            return None
+        return self._groups.get(fields)
 
     def remember(self, pending: _Pending, group: str) -> None:
         if len(self._groups) >= self.MAX:
@@ -699,9 +716,11 @@ async def _submit_group(
     document checked against its tenant's rules, the admitted ones appended to their rolling
     batches a batch at a time, and in the statement of the last append, the tenants' queues
     registered, their claimers woken, a refused document's keys released and the POSTs' answers
-    recorded. A lone document takes four round trips: BEGIN, the claim (which also picks the open
-    batch of the rolling group its fields went to last time, `_GroupHints`), the append, COMMIT;
-    one more when that guess was wrong. One outcome per document, in order.
+    recorded. A group takes four round trips: BEGIN, the claim (which also picks the open batch of
+    the rolling group documents with its fields went to last time, `_GroupHints`, and finds which
+    of the group's keys that batch holds), the append, COMMIT; more when that guess was wrong, its
+    documents have different fields or fill more than one batch. One outcome per document, in
+    order.
 
     Lock order, the same in every transaction: records' keys (sorted), documents' keys (sorted),
     rolling batches (by group); a record's claim is the only wait before the first lock of the
@@ -710,7 +729,7 @@ async def _submit_group(
     checks = [_check_of(pending) for pending in group]
     namespaces, pools, endpoints = applying.context_asked(checks)
     hints = hints or _HINTS
-    guess = hints.group_of(group[0]) if len(group) == 1 else None
+    guess = hints.group_of(group)
     async with conn.transaction():
         posts = [i for i, p in enumerate(group) if p.answer is not None]
         claimed = await submissions.claim_group(
@@ -720,6 +739,7 @@ async def _submit_group(
             namespaces=namespaces, pools=pools, endpoints=endpoints,
             wait_s=waits.in_progress_wait_s if posts else settings.lock_timeout_s, then_wait_s=settings.lock_timeout_s,
             pick_slots=[] if guess is None else _slots(guess, settings), pick_key=group[0].request.key,
+            pick_keys=[] if guess is None else [p.request.key for p in group[1:]],
         )  # fmt: skip
         answered = [i for i in posts if group[i].identity not in claimed.recorded]
         if answered:
@@ -746,15 +766,13 @@ async def _submit_group(
                 continue
             pool = verdict.pool
             endpoint = checks[i].endpoint
-            key = _group_key(namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name,
-                             endpoint=endpoint, request=group[i].request)
+            request = group[i].request
+            key = _group_key(verdict.tenant, group[i].namespace, pool.name, endpoint, request.priority,
+                             request.deadline_seconds)
             hints.remember(group[i], key)
             if key not in by_batch:
-                model_policy = {"pool": pool.name, "provider": pool.provider, "model": pool.model}
-                by_batch[key] = (_rolling_batch(
-                    namespace=group[i].namespace, tenant=verdict.tenant, pool=pool.name, endpoint=endpoint,
-                    request=group[i].request, model_policy=model_policy,
-                ), [])  # fmt: skip
+                by_batch[key] = (_rolling_batch(namespace=group[i].namespace, tenant=verdict.tenant, pool=pool,
+                                                endpoint=endpoint, request=request), [])
             by_batch[key][1].append((i, verdict))
         queues: set[tuple[PoolName, TenantName]] = set()
         last: submissions.Appending | None = None
@@ -765,7 +783,10 @@ async def _submit_group(
             shape, members = by_batch[name]
             placed, last = await _append_to_rolling(
                 conn, shape, [(group[i], job_ids[i]) for i, _ in members], settings=settings,
-                first_pick=(claimed.picked,) if guess == shape.group else None,
+                # The claim's pick was made for the first document's key: it serves the group that
+                # document is the first of.
+                first_pick=(claimed.picked, claimed.picked_holds) if guess == shape.group and members[0][0] == 0
+                else None,
             )  # fmt: skip
             for (i, verdict), (namespace, batch_name) in zip(members, placed, strict=True):
                 outcomes[i] = Submission(job_id=job_ids[i], batch_namespace=namespace, batch_name=batch_name,
@@ -833,25 +854,32 @@ async def _append_to_rolling(
         documents: Sequence[tuple[_Pending, JobId]],
         *,
         settings: RollingBatchSettings,
-        first_pick: tuple[batches.OpenRolling | None] | None = None,
+        first_pick: tuple[batches.OpenRolling | None, frozenset[str]] | None = None,
 ) -> tuple[list[tuple[str, str]], submissions.Appending]:
     """Append `documents` (one rolling group's) to open batches of the group, as many to one batch
     as it takes (room, and keys it does not hold yet): (namespace, name) of each one's batch, and
     the last append, not sent yet (the caller sends it with what its transaction writes last),
-    its batch locked. `first_pick`: see `_open_batch_for` (for the first document's key)."""
+    its batch locked. `first_pick`: see `_open_batch_for` (for the first document's key), with
+    which of the other documents' keys that batch holds (`submissions.claim_group`)."""
     placed: dict[int, tuple[str, str]] = {}
     remaining = list(range(len(documents)))
     while True:
         first = documents[remaining[0]][0].request.key
-        batch_id, name, opened, holds = await _open_batch_for(conn, _renamed(shape), key=first, settings=settings,
-                                                              first_pick=first_pick)
+        picked, known = (None, frozenset[str]()) if first_pick is None else first_pick
+        batch_id, name, opened, holds = await _open_batch_for(
+            conn, shape, key=first, settings=settings, first_pick=None if first_pick is None else (picked,)
+        )  # fmt: skip
         first_pick = None
         room = settings.max_documents - holds
-        # The batch takes `first` (_open_batch_for saw to it): only the other keys need a look.
+        # The batch takes `first` (_open_batch_for saw to it): only the other keys need a look,
+        # which the claim took already when this is the batch it picked.
         others = [documents[i][0].request.key for i in remaining if documents[i][0].request.key != first]
         taken: set[str] = set()
         if holds and others:
-            taken = await submissions.keys_taken(conn, batch_id=batch_id, document_keys=others)
+            if picked is not None and picked.id == batch_id:
+                taken = set(known)
+            else:
+                taken = await submissions.keys_taken(conn, batch_id=batch_id, document_keys=others)
         now: list[int] = []
         later: list[int] = []
         for i in remaining:
@@ -862,14 +890,12 @@ async def _append_to_rolling(
             else:
                 later.append(i)
         assert now, "the batch _open_batch_for gave takes the first document"
-        pool = shape.row.pool
-        request_hash = hashing.job_request_hasher(
-            schema=SCHEMA, model_policy=shape.model_policy, validation_policy=shape.validation_policy
-        )
+        pool = shape.pool
+        request_hash = shape.job_request_hash()
         appending = submissions.Appending(
             batch_id=batch_id,
             shared=submissions.AppendedJobs(
-                tenant=shape.row.tenant, pool=pool, schema=SCHEMA, validation_policy=shape.validation_policy,
+                tenant=shape.tenant, pool=pool, schema=SCHEMA, validation_policy=shape.validation_policy,
                 priority=shape.priority, max_attempts=accepting.BatchRequest.max_attempts,
                 deadline_s=shape.deadline_s,
             ),
@@ -885,12 +911,12 @@ async def _append_to_rolling(
         )  # fmt: skip
         if opened:
             await outbox.insert_batch_accepted(conn, batch_id=batch_id, payload={
-                "batch_id": batch_id, "tenant": shape.row.tenant,
-                "batch": {"namespace": shape.row.namespace, "name": name}, "pool": pool, "jobs": len(now),
+                "batch_id": batch_id, "tenant": shape.tenant,
+                "batch": {"namespace": shape.namespace, "name": name}, "pool": pool, "jobs": len(now),
                 "rolling": True,
             })  # fmt: skip
         for i in now:
-            placed[i] = (shape.row.namespace, name)
+            placed[i] = (shape.namespace, name)
         if not later:
             return [placed[i] for i in range(len(documents))], appending
         await submissions.append_jobs(conn, batch_id=batch_id, shared=appending.shared,

@@ -7,8 +7,9 @@ compared against and the job it became.
 A group's acceptance is written mostly here, in as few round trips as its shape allows: its first
 statement (`claim_group`: the POSTs' records, the documents' keys and the admission context the
 rules are decided on) and its last (`append_and_finish`: the last documents, the tenants' queues,
-the claimers woken, refused keys released, the POSTs' answers), so a lone document's transaction is
-BEGIN, `claim_group`, its rolling batch (`batches.pick_open_rolling`), `append_and_finish`, COMMIT.
+the claimers woken, refused keys released, the POSTs' answers), so the transaction of a lone
+document, or of a group of documents bound for one rolling batch, is BEGIN, `claim_group` (which
+also picks and locks that batch), `append_and_finish`, COMMIT.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ class GroupClaimed:
     context: registry.AdmissionContext
     picked: batches.OpenRolling | None = None
     """The open rolling batch picked and locked for `claim_group`'s `pick_key`, if any."""
+    picked_holds: frozenset[str] = frozenset()
+    """Which of `claim_group`'s `pick_keys` the picked batch holds already."""
 
 
 async def claim_group(
@@ -133,20 +136,24 @@ async def claim_group(
         then_wait_s: float,
         pick_slots: Sequence[str] = (),
         pick_key: str | None = None,
+        pick_keys: Sequence[str] = (),
 ) -> GroupClaimed:
     """In one statement: the POSTs' records of `claims` (what `api_requests.claim` does for one),
     then the documents' keys, sorted here by (namespace, key): one lock order; then the admission
     context of `namespaces`, `pools` and `endpoints` (`registry.admission_context`); and, when a key
     was claimed and `pick_slots` are given, an open rolling batch of those slots for document key
-    `pick_key`, locked (`batches.pick_open_rolling`). A key another transaction holds is waited for
-    up to `wait_s` while records are claimed, then up to `then_wait_s`, which stays the
+    `pick_key`, locked (`batches.pick_open_rolling`), with which of document keys `pick_keys` it
+    holds (`keys_taken`, read as the pick's own `key_taken` is: a key a transaction that committed
+    while the statement ran appended is found by the batch's unique key at the append, which fails
+    the group, whose documents are then accepted one by one). A key another transaction holds is
+    waited for up to `wait_s` while records are claimed, then up to `then_wait_s`, which stays the
     transaction's lock timeout (then `asyncpg.LockNotAvailableError`)."""
     ordered = sorted(claims, key=lambda c: (c.namespace, c.idempotency_key))
     row = await conn.fetchrow(
         queries.sql("submission_claim_group"),
         [c.namespace for c in ordered], [c.idempotency_key for c in ordered], [c.request_digest for c in ordered],
         [c.recorded for c in ordered], f"{int(wait_s * 1000)}ms", f"{int(then_wait_s * 1000)}ms",
-        list(namespaces), list(pools), list(endpoints), list(pick_slots), pick_key,
+        list(namespaces), list(pools), list(endpoints), list(pick_slots), pick_key, list(pick_keys),
     )  # fmt: skip
     assert row is not None, "the statement answers one row"
     picked = None
@@ -156,7 +163,7 @@ async def claim_group(
             total_jobs=row["picked_total_jobs"], taking=row["picked_taking"], key_taken=row["picked_key_taken"],
         )  # fmt: skip
     return GroupClaimed(
-        picked=picked,
+        picked=picked, picked_holds=frozenset(row["picked_holds"]),
         recorded=set(zip(row["recorded_namespaces"], row["recorded_keys"], strict=True)),
         job_ids={
             (namespace, key): JobId(job_id)

@@ -266,3 +266,72 @@ async def test_a_wrong_guess_of_a_lone_documents_batch_places_it_by_its_rules(
         ("a", "acme", "acme"), ("b", "acme-b", "acme-b")]
     queues = await db.fetch("SELECT tenant FROM tenant_queues ORDER BY tenant")
     assert [r["tenant"] for r in queues] == ["acme", "acme-b"]
+
+
+async def test_a_group_of_documents_of_one_kind_takes_four_round_trips_once_their_batch_is_known(
+        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
+    # As a lone document's: the claim picks the batch the last documents of these fields went to and
+    # reads which of the group's other keys it holds, so neither the pick nor that read is a round
+    # trip of its own. The group's second document repeats the key of a document the batch holds
+    # (under another idempotency key): it is another job, in another batch.
+    await seed(db)
+    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
+    sent: list[str] = []
+    try:
+        async with single.acquire() as conn:
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1))
+
+        async def post(idempotency_key: str, key: str) -> intake.Submission | intake.Recorded:
+            return await submitter.submit_post(
+                namespace="acme", request=request(key), idempotency_key=idempotency_key,
+                request_digest=intake.request_digest(request(key)), answer=answer,
+            )  # fmt: skip
+
+        first = await post("k0", "doc-0")
+        before = len(sent)
+        outcomes = await asyncio.gather(post("k1", "doc-1"), post("k2", "doc-0"), post("k3", "doc-3"))
+        statements = [q for q in sent[before:] if "pg_advisory_unlock_all" not in q]
+    finally:
+        await single.close()
+    assert (submitter.groups.applied_groups, submitter.groups.applied_items) == (2, 4), "a lone one, then three"
+    assert all(isinstance(o, intake.Submission) for o in (first, *outcomes))
+    assert isinstance(first, intake.Submission)
+    batch_names = [o.batch_name for o in outcomes if isinstance(o, intake.Submission)]
+    assert batch_names[0] == batch_names[2] == first.batch_name != batch_names[1]
+    # One transaction (not each document alone after a unique violation), which read no batch's keys
+    # on its own: the claim had found the repeated one.
+    assert [q.strip() for q in statements].count("BEGIN;") == 1, statements
+    assert not any(KEYS_TAKEN in q for q in statements), statements
+
+
+KEYS_TAKEN = "SELECT document_key FROM extraction_jobs WHERE batch_id = $1"
+
+
+async def test_a_group_of_new_documents_of_one_kind_takes_four_round_trips(
+        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
+    await seed(db)
+    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
+    sent: list[str] = []
+    try:
+        async with single.acquire() as conn:
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1))
+
+        async def post(i: int) -> intake.Submission | intake.Recorded:
+            return await submitter.submit_post(
+                namespace="acme", request=request(f"doc-{i}"), idempotency_key=f"k{i}",
+                request_digest=intake.request_digest(request(f"doc-{i}")), answer=answer,
+            )  # fmt: skip
+
+        await post(0)
+        before = len(sent)
+        outcomes = await asyncio.gather(*(post(i) for i in range(1, 4)))
+        statements = [q for q in sent[before:] if "pg_advisory_unlock_all" not in q]
+    finally:
+        await single.close()
+    assert (submitter.groups.applied_groups, submitter.groups.applied_items) == (2, 4), "a lone one, then three"
+    assert len({o.batch_name for o in outcomes if isinstance(o, intake.Submission)}) == 1
+    assert len(statements) == 4, statements
+    assert await db.fetchval("SELECT count(DISTINCT batch_id) FROM extraction_jobs") == 1
+    assert await db.fetchval("SELECT count(DISTINCT ordinal) FROM extraction_jobs") == 4

@@ -48,14 +48,15 @@ SELECT document_key FROM extraction_jobs WHERE batch_id = $1 AND document_key = 
 --      key taken already is left out, one being claimed by another transaction is waited for
 --   4. the admission context (sql/admission.sql) of namespaces $7, pools $8, endpoints $9
 --   5. when a key was claimed: an open rolling batch of the slots $10 for document key $11, locked
---      (batch_rolling_pick; never waits): the batch a lone document most likely goes to, picked
---      before its rules are decided (empty $10: none)
+--      (batch_rolling_pick; never waits): the batch the group's documents most likely go to,
+--      picked before their rules are decided (empty $10: none); and which of document keys $12 it
+--      holds (submission_keys_taken)
 -- For the rest of the transaction, statements run their generic plans (plan_cache_mode): left to
 -- choose, PostgreSQL re-plans the group's last statement for about a third of its executions
 -- (0.1 to 0.3 ms each) for a plan no better on the few rows a group touches.
 -- The InitPlans order the steps: `wait` is read before the first record is inserted, `recorded`
 -- (every record's claim) before the first key is. Returns one row: the records and keys claimed
--- (as arrays), the context, and the batch picked (its columns NULL when none).
+-- (as arrays), the context, and the batch picked (its columns NULL when none, its keys empty).
 WITH wait AS MATERIALIZED (
     SELECT set_config('lock_timeout', $5, true) AS lock_timeout
 ), given AS MATERIALIZED (
@@ -91,14 +92,19 @@ WITH wait AS MATERIALIZED (
            $11::text AS document_key
 ), picked AS (
     SELECT * FROM {{batch_rolling_pick}} AS p
+), holds AS (
+    SELECT coalesce(array_agg(j.document_key), '{}') AS keys
+      FROM extraction_jobs j
+     WHERE j.batch_id = (SELECT p.id FROM picked p) AND j.document_key = ANY ($12::text[])
 )
 SELECT r.namespaces AS recorded_namespaces, r.keys AS recorded_keys,
        coalesce(c.namespaces, '{}') AS claimed_namespaces, coalesce(c.keys, '{}') AS claimed_keys,
        coalesce(c.job_ids, '{}') AS claimed_job_ids,
        {{admission_context}} AS context,
        p.id AS picked_id, p.namespace AS picked_namespace, p.name AS picked_name, p.total_jobs AS picked_total_jobs,
-       p.taking AS picked_taking, p.key_taken AS picked_key_taken
+       p.taking AS picked_taking, p.key_taken AS picked_key_taken, h.keys AS picked_holds
   FROM recorded r
+ CROSS JOIN holds h
  CROSS JOIN (SELECT array_agg(namespace) AS namespaces, array_agg(idempotency_key) AS keys, array_agg(job_id) AS job_ids
                FROM claimed) AS c
   LEFT JOIN picked p ON true;
