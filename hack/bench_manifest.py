@@ -5,9 +5,9 @@ The `accept-manifest` benchmark: admission of a batch given by a 100,000-line JS
 
 Measured, per batch (median of 3, each under a new batch name):
 - read: streaming the manifest from disk, validating every line, spooling it to a local CSV;
-- accept: the acceptance transaction (COPY into the staging table, the duplicate-key check, the
-  batch hash over the key-sorted (key, sha256) pairs, the job and document INSERT ... SELECT, the
-  accepted event);
+- accept: the acceptance transaction (COPY into the staging table, the batch hash over the
+  key-sorted (key, sha256) pairs, the same pass finding any repeated key, the job and document
+  INSERT ... SELECT, the accepted event);
 - total jobs/s = lines / (read + accept);
 - re-admission of the last batch (the idempotent path: read, stage, hash, find the batch);
 - CPU of each phase (median): this process's, and the acceptance's PostgreSQL backend's
