@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import struct
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import asyncpg
 
@@ -42,16 +42,16 @@ JOB_COLUMNS = (
     "tenant", "batch_id", "pool", "schema", "validation_policy", "priority", "max_attempts", "deadline_at",
 )  # fmt: skip
 """The columns `copy_jobs` fills: the five that differ per job, then the eight a batch's jobs share."""
-_JOB_HEAD = struct.Struct(">hiqii")
-"""Field count, then id (int8) and ordinal (int4), each after its length."""
-_JOB_PARTS_PER_CHUNK = 8 * 2_000
-"""A chunk of job rows: 2,000 rows of 8 parts, about 0.5 MB with short keys."""
+_JOB_ROWS_PER_CHUNK = 2_000
+"""A chunk of job rows: about 0.5 MB with short keys."""
 
 DOCUMENT_COLUMNS = ("job_id", "text", "bytes")
 _DOCUMENT_HEAD = struct.Struct(">hiqi")
 """Field count, the job id (int8) after its length, then the text's length."""
 _DOCUMENT_SIZE = struct.Struct(">ii")
 """The size column (int4) after its length."""
+_DOCUMENT_SIZE_THEN_HEAD = struct.Struct(">iihiqi")
+"""A row's size column followed by the next row's head: one call of pack per row."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,34 +101,58 @@ async def copy_documents(conn: asyncpg.Connection, documents: Iterable[tuple[Job
 async def _job_stream(
         shared: SharedJobValues, jobs: Iterable[tuple[JobId, int, str, bytes, bytes]]
 ) -> AsyncIterator[bytes]:
-    """The binary COPY stream of the job rows, 2,000 rows a chunk (_JOB_PARTS_PER_CHUNK). Each text field
-    is written with its own length, so any value is framed correctly."""
-    head, tail, fields = _JOB_HEAD.pack, shared.encoded(), len(JOB_COLUMNS)
-    chunk = [_SIGNATURE]
+    """The binary COPY stream of the job rows, _JOB_ROWS_PER_CHUNK rows a chunk. Each row is one call
+    of a Struct made for the lengths of its three texts (key, request hash, content SHA-256), which
+    every row of a batch with keys of one length shares; each text is written with its own length,
+    so any value is framed correctly."""
+    tail, fields = shared.encoded(), len(JOB_COLUMNS)
+    packers: dict[tuple[int, int, int], Callable[..., bytes]] = {}
+    chunk, rows = [_SIGNATURE], 0
     for job_id, ordinal, key, request_hash, content_sha256 in jobs:
         key_bytes = key.encode()
-        chunk += (
-            head(fields, 8, job_id, 4, ordinal), len(key_bytes).to_bytes(4, "big"), key_bytes,
-            len(request_hash).to_bytes(4, "big"), request_hash, len(content_sha256).to_bytes(4, "big"), content_sha256,
-            tail,
-        )  # fmt: skip
-        if len(chunk) >= _JOB_PARTS_PER_CHUNK:
+        lengths = (len(key_bytes), len(request_hash), len(content_sha256))
+        pack = packers.get(lengths) or packers.setdefault(lengths, _job_row_packer(lengths, len(tail)))
+        chunk.append(pack(
+            fields, 8, job_id, 4, ordinal, lengths[0], key_bytes, lengths[1], request_hash, lengths[2],
+            content_sha256, tail,
+        ))  # fmt: skip
+        rows += 1
+        if rows == _JOB_ROWS_PER_CHUNK:
             yield b"".join(chunk)
-            chunk = []
+            chunk, rows = [], 0
     chunk.append(_TRAILER)
     yield b"".join(chunk)
 
 
+def _job_row_packer(lengths: tuple[int, int, int], tail: int) -> Callable[..., bytes]:
+    """Packs a whole job row: field count, id and ordinal after their lengths, then key, request hash
+    and content SHA-256 of `lengths` after theirs, then the `tail` bytes of the shared values."""
+    key, request_hash, content_sha256 = lengths
+    return struct.Struct(f">hiqiii{key}si{request_hash}si{content_sha256}s{tail}s").pack
+
+
 async def _document_stream(documents: Iterable[tuple[JobId, bytes]]) -> AsyncIterator[bytes]:
-    """The binary COPY stream of the document rows, about COPY_CHUNK_BYTES a chunk."""
-    head, size, fields = _DOCUMENT_HEAD.pack, _DOCUMENT_SIZE.pack, len(DOCUMENT_COLUMNS)
-    chunk, chunk_bytes = [_SIGNATURE], 0
+    """The binary COPY stream of the document rows, about COPY_CHUNK_BYTES a chunk. A row's size
+    column is packed with the next row's head (the last row's with the chunk's end)."""
+    head, size, size_then_head, fields = (
+        _DOCUMENT_HEAD.pack, _DOCUMENT_SIZE.pack, _DOCUMENT_SIZE_THEN_HEAD.pack, len(DOCUMENT_COLUMNS)
+    )
+    chunk, chunk_bytes, previous = [_SIGNATURE], 0, -1
     for job_id, data in documents:
-        chunk += (head(fields, 8, job_id, len(data)), data, size(4, len(data)))
-        chunk_bytes += len(data)
+        length = len(data)
+        if previous < 0:
+            chunk.append(head(fields, 8, job_id, length))
+        else:
+            chunk.append(size_then_head(4, previous, fields, 8, job_id, length))
+        chunk.append(data)
+        previous = length
+        chunk_bytes += length
         if chunk_bytes >= COPY_CHUNK_BYTES:
+            chunk.append(size(4, previous))
             yield b"".join(chunk)
-            chunk, chunk_bytes = [], 0
+            chunk, chunk_bytes, previous = [], 0, -1
+    if previous >= 0:
+        chunk.append(size(4, previous))
     chunk.append(_TRAILER)
     yield b"".join(chunk)
 
