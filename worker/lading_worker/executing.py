@@ -59,6 +59,7 @@ from lading.jobs import retry, transitions
 from lading.providers import base
 from lading.settings import AttemptSettings
 from lading.validation import policies
+from lading_worker import deadlines
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,9 @@ class Executor:
     """Records a priced attempt's reservation before its request is sent (`lading.db.spend.
     note_reservation`): should the attempt never finish, the reaper charges it (docs/cost.md)."""
     _releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False, repr=False)
+    _deadlines: deadlines.Deadlines = dataclasses.field(default_factory=deadlines.Deadlines, init=False, repr=False)
+    """The model calls' timeouts, one timer per granule of deadlines (`asyncio.timeout` would set
+    one per call: a measurable part of an attempt's CPU when calls return at once)."""
 
     async def run(
             self,
@@ -194,7 +198,7 @@ class Executor:
                 ), 0.0, costing.NOTHING
         started = time.monotonic()
         try:
-            async with asyncio.timeout(self.settings.timeout_s):
+            async with self._deadlines.within(self.settings.timeout_s):
                 outcome = await self.provider.extract(document, schema=job.schema, policy=job.validation_policy)
         except TimeoutError:
             outcome = base.Outcome.failed(
