@@ -293,7 +293,7 @@ def evidence(inv: invoice.Invoice, *, source_text: str) -> list[verdicts.FailedC
     source, and the quote contains the value. Quotes for other fields must occur in the source
     too (a quote that is not in the document is a fabrication, whatever field it is for).
     """
-    source = normalise_whitespace(source_text)
+    source = _Source(source_text)
     failures: list[verdicts.FailedCheck] = []
     required: dict[str, tuple[str, str]] = {}  # path -> (kind, value)
     required["invoice_number"] = ("text", inv.invoice_number)
@@ -310,7 +310,7 @@ def evidence(inv: invoice.Invoice, *, source_text: str) -> list[verdicts.FailedC
             failures.append(verdicts.FailedCheck(
                 check=EVIDENCE_MISSING, field=path, message=f"no evidence quotes the source for {path}",
             ))
-        elif not quoted_in(quote, source):
+        elif not source.quotes(quote):
             failures.append(_not_in_source(path, quote))
         elif not _supports(kind=kind, value=value, quote=quote):
             shown = "" if kind == "iban" else f" {value}"
@@ -321,9 +321,35 @@ def evidence(inv: invoice.Invoice, *, source_text: str) -> list[verdicts.FailedC
             ))
     for path in sorted(inv.evidence.keys() - required.keys()):
         quote = normalise_whitespace(inv.evidence[path])
-        if quote and not quoted_in(quote, source):
+        if quote and not source.quotes(quote):
             failures.append(_not_in_source(_shortened(path), quote))
     return failures
+
+
+class _Source:
+    """The source text as `evidence` looks quotes up in it: as written first, whitespace-normalised
+    only for a quote not found as written. A quote is usually copied from the document as it is, and
+    normalising a whole document (about 1 KB) cost more than judging all of its quotes.
+
+    The answer is `quoted_in(quote, normalise_whitespace(text))` either way: a normalised quote
+    found as written, at a place that does not cut a number, is in the normalised text too (its
+    single spaces between non-blank characters are runs of one, which normalising keeps) and
+    cuts no number there either (a neighbour that is a digit or a separator is not blank, so it
+    is the same neighbour in both texts; a blank neighbour is a space in both, or the text's end)."""
+
+    __slots__ = ("_normalised", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._normalised: str | None = None
+
+    def quotes(self, quote: str) -> bool:
+        """Whether the (whitespace-normalised) `quote` occurs in the text: see `quoted_in`."""
+        if quoted_in(quote, self._text):
+            return True
+        if self._normalised is None:
+            self._normalised = normalise_whitespace(self._text)
+        return quoted_in(quote, self._normalised)
 
 
 def _not_in_source(path: str, quote: str) -> verdicts.FailedCheck:
