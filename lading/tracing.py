@@ -126,18 +126,26 @@ def record(name: str, *, batch_id: int, started_ns: int, attributes: Mapping[str
 
 
 def span(
-        name: str, *, batch_id: int, attributes: Mapping[str, Any] | None = None
+        name: str,
+        *,
+        batch_id: int,
+        attributes: Mapping[str, Any] | None = None,
+        log_ids: Mapping[str, object] | None = None,
 ) -> contextlib.AbstractContextManager[None]:
     """A span `name` in the batch's trace (and its trace id bound into the logs) for the body. While
-    spans go nowhere (`_recording`), only the trace id is bound: no generator, no span."""
+    spans go nowhere (`_recording`), only the trace id is bound: no generator, no span. `log_ids`:
+    more correlation ids (`logs.bound`) bound with the trace id, in the same binding (one per
+    attempt, thousands a second: a second binding costs a few µs)."""
     if not _recording():
-        return logs.bound(trace_id=trace_id_hex(batch_id))
-    return _recorded_span(name, batch_id=batch_id, attributes=attributes)
+        return logs.bound(trace_id=trace_id_hex(batch_id), **(log_ids or {}))
+    return _recorded_span(name, batch_id=batch_id, attributes=attributes, log_ids=log_ids)
 
 
 @contextlib.contextmanager
-def _recorded_span(name: str, *, batch_id: int, attributes: Mapping[str, Any] | None) -> Iterator[None]:
-    with logs.bound(trace_id=trace_id_hex(batch_id)):
+def _recorded_span(
+        name: str, *, batch_id: int, attributes: Mapping[str, Any] | None, log_ids: Mapping[str, object] | None
+) -> Iterator[None]:
+    with logs.bound(trace_id=trace_id_hex(batch_id), **(log_ids or {})):
         tracer = _tracer()
         attrs = _attributes(batch_id, attributes)
         with tracer.start_as_current_span(name, context=_parent(batch_id), attributes=attrs):

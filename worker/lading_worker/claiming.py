@@ -25,7 +25,7 @@ import logging
 
 import asyncpg
 
-from lading import logs, looping, metrics, tracing
+from lading import looping, metrics, tracing
 from lading.db import jobs
 from lading.db import reuse as reuse_db
 from lading.ids import JobId, PoolName, WorkerId
@@ -130,13 +130,9 @@ class Claimer:
 
     async def _attempt(self, attempt: inflight.Attempt) -> None:
         job = attempt.job
-        with (
-            logs.bound(job_id=job.id, batch_id=job.batch_id, tenant=job.tenant, attempt=job.attempt, fence=job.fence,
-                       pool=job.pool),
-            tracing.span("lading.attempt", batch_id=job.batch_id, attributes={
-                "job_id": job.id, "attempt": job.attempt, "fence": job.fence, "tenant": job.tenant, "pool": job.pool,
-            }),
-        ):
+        ids = {"job_id": job.id, "attempt": job.attempt, "fence": job.fence, "tenant": job.tenant, "pool": job.pool}
+        with tracing.span("lading.attempt", batch_id=job.batch_id, attributes=ids,
+                          log_ids={**ids, "batch_id": job.batch_id}):
             await self._attempt_bound(attempt)
 
     async def _attempt_bound(self, attempt: inflight.Attempt) -> None:
