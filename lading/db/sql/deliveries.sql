@@ -10,17 +10,31 @@
 -- for owner $3), open the attempt row, and return what signing and the body need. $5: a breaker
 -- probe, which may claim for an endpoint whose breaker is not closed (the caller admitted it);
 -- otherwise an endpoint must be registered with its breaker closed at this instant.
-WITH picked AS (
+-- The candidates are each endpoint's first due deliveries in deliveries_due_by_endpoint's order
+-- (migration 0048): a claim reads a bounded number of rows however long the backlog, and never the
+-- backlog of an endpoint it may not claim for. Each endpoint offers 4 x $2 of them, so that a claim
+-- beside other dispatchers' claims in flight (whose rows it skips) still finds $2 free ones.
+WITH candidates AS (
+    SELECT c.delivery_id, c.next_attempt_at
+      FROM endpoints e
+     CROSS JOIN LATERAL (
+            SELECT d.delivery_id, d.next_attempt_at
+              FROM deliveries d
+             WHERE d.endpoint = e.name
+               AND d.state IN ('PENDING', 'RETRY_SCHEDULED')
+               AND d.next_attempt_at <= clock_timestamp()
+             ORDER BY d.next_attempt_at
+             LIMIT 4 * $2::int) c
+     WHERE e.name = ANY($1::text[]) AND ($5::bool OR e.breaker_state = 'closed')
+), picked AS (
     SELECT d.delivery_id
-      FROM deliveries d
+      FROM candidates c
+      JOIN deliveries d ON d.delivery_id = c.delivery_id
      WHERE d.state IN ('PENDING', 'RETRY_SCHEDULED')
        AND d.next_attempt_at <= clock_timestamp()
-       AND d.endpoint = ANY($1::text[])
-       AND EXISTS (SELECT 1 FROM endpoints e
-                    WHERE e.name = d.endpoint AND ($5::bool OR e.breaker_state = 'closed'))
-     ORDER BY d.next_attempt_at
+     ORDER BY c.next_attempt_at, c.delivery_id
      LIMIT $2
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF d SKIP LOCKED
 ), claimed AS (
     UPDATE deliveries d
        SET state = 'IN_FLIGHT', attempt = d.attempt + 1, budget_attempts = d.budget_attempts + 1,
