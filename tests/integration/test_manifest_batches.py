@@ -150,6 +150,24 @@ async def test_a_bad_line_near_the_end_admits_nothing(db: asyncpg.Connection, tm
     assert await counts(db) == (0, 0, 0, 0)
 
 
+async def test_a_bad_last_line_without_a_final_newline_admits_nothing(
+        db: asyncpg.Connection, tmp_path: pathlib.Path
+) -> None:
+    await factories.seed(db)
+    lines = synthetic_manifest(tmp_path / "acme" / "m.jsonl", 10_000)
+    lines[-1] = lines[-1].replace(b'"bytes": ', b'"bytes": -')
+    (tmp_path / "acme" / "m.jsonl").write_bytes(b"\n".join(lines))
+    with pytest.raises(applying.InvalidManifest) as caught:
+        await applying.admit_batch(
+            db, batch((tmp_path / "acme" / "m.jsonl").as_uri()), documents=DocumentSettings(roots=(str(tmp_path),))
+        )
+    assert caught.value.line == 10_000
+    assert str(caught.value).startswith(
+        "ExtractionBatch acme/big: spec.manifestUri: manifest line 10000: bytes: must be greater than 0"
+    )
+    assert await counts(db) == (0, 0, 0, 0)
+
+
 async def test_a_duplicate_key_admits_nothing_and_names_both_lines(
         db: asyncpg.Connection, tmp_path: pathlib.Path
 ) -> None:
