@@ -121,8 +121,10 @@ SELECT c.*, d.text, d.uri, d.sha256, d.bytes,
   FROM claimed c
   JOIN job_documents d ON d.job_id = c.id
   LEFT JOIN LATERAL (
+       -- A first claim (fence 1) has no earlier attempt: not looked for (whatever plan the
+       -- statement runs, made once per connection: migration 0043).
        SELECT a.error_class, a.output_sha256 FROM job_attempts a
-        WHERE a.job_id = c.id AND a.fence < c.fence
+        WHERE c.fence > 1 AND a.job_id = c.id AND a.fence < c.fence
         ORDER BY a.fence DESC LIMIT 1
        ) prev ON true
  ORDER BY c.id;
