@@ -324,6 +324,8 @@ class PoolLimiter:
         self._hold_s: float | None = None  # how long attempts here held a slot, lately (moving average)
         self._activating: dict[int, asyncio.Task[None]] = {}  # standby permit -> its `limiter.hand_over`
         self._standby_taken = False  # a release here gave a slot to a standby permit: the asker tops up
+        self._unbacked: set[int] = set()  # slots handed over in memory whose change of hands was never recorded
+        self._cooling_until = 0.0  # monotonic: a cooldown known here; no standby permit is used before it ends
         self._connecting = False  # a try to LISTEN is in flight
         self._listen_again_at = 0.0  # monotonic time before which no new try is made (after a failure)
         self._settling: set[asyncio.Task[None]] = set()
@@ -765,6 +767,7 @@ class PoolLimiter:
         """The permits of a grant for `tokens`, and why the next one was refused (None: all granted)."""
         limits = self.limits
         if grant.cooling:
+            self._cool(grant.cooldown_left_s)
             return [], Refusal("cooldown", min(grant.cooldown_left_s, self.settings.max_wait_step_s))
         permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(grant.permit_ids, tokens, strict=False)]
         if len(permits) == len(tokens):
@@ -818,7 +821,10 @@ class PoolLimiter:
         await self._activated(permit)  # the slot's own change of hands is recorded first
         now = time.monotonic()
         since = self._held.pop(permit.id, None)
-        if since is not None:
+        if permit.id in self._unbacked:  # its own row never took the slot: it cannot hand one over
+            self._unbacked.discard(permit.id)
+            since = None
+        elif since is not None:
             held_s = now - since
             self._hold_s = held_s if self._hold_s is None else 0.8 * self._hold_s + 0.2 * held_s
         handing_over = self._handoffs < self.settings.handoff_streak
@@ -879,7 +885,10 @@ class PoolLimiter:
         return waiter.standby is not None and now - waiter.standby_at < self.settings.standby_s
 
     def _take_standby(self, now: float) -> tuple[_Waiter, Permit] | None:
-        """The first waiter here with a usable standby permit, and that permit (no longer its standby)."""
+        """The first waiter here with a usable standby permit, and that permit (no longer its standby). None
+        while the pool is known to cool down: a standby permit was granted before the cooldown began."""
+        if now < self._cooling_until:
+            return None
         for waiter in self._queue:
             if not waiter.asking and not waiter.granted.done() and self._standby_fresh(waiter, now):
                 standby, waiter.standby = waiter.standby, None
@@ -1005,11 +1014,13 @@ class PoolLimiter:
                 failures += 1
                 if time.monotonic() >= give_up_at:
                     logger.warning("Gave up recording a slot's change of hands in pool %s: %s", self.pool, exc)
+                    self._unbacked.add(standby.id)
                     return
                 await asyncio.sleep(min(5.0, 0.1 * 2**failures) * random.random())
                 continue
             if not took:  # the released permit no longer held its slot: nothing changed hands
                 logger.warning("Permit %s of pool %s held no slot when handed over", permit.id, self.pool)
+                self._unbacked.add(standby.id)
             return
 
     async def _activated(self, permit: Permit) -> None:
@@ -1031,12 +1042,23 @@ class PoolLimiter:
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.
         Returns how long the pool now cools down (a longer cooldown already set is kept)."""
+        self._cool(seconds)  # at once: no standby permit here is used from now on
         async with self.db.acquire() as conn:
             left = await limiter.cool_down(conn, pool=self.pool, seconds=seconds)
+        if left is not None:
+            self._cool(left)
         metrics.LIMITER_COOLDOWNS.labels(self.pool).inc()
         metrics.LIMITER_COOLDOWN_SECONDS.labels(self.pool).inc(seconds)
         logger.warning("Pool %s cooling down for %.1f s after the provider refused for congestion", self.pool, seconds)
         return left if left is not None else seconds
+
+    def _cool(self, seconds: float) -> None:
+        """The pool cools down for `seconds` more: the standby permits here go back unused."""
+        self._cooling_until = max(self._cooling_until, time.monotonic() + seconds)
+        for waiter in self._queue:
+            if waiter.standby is not None and not waiter.asking:
+                self._return_standby(waiter.standby)
+                waiter.standby = None
 
     async def observe(self, view: base.RateLimitView) -> tuple[int, int]:
         """Tighten the local view to what the provider's rate-limit headers say is left, where that is

@@ -119,3 +119,32 @@ async def test_a_standby_permit_older_than_standby_s_takes_no_slot_and_goes_back
 
     await waiting.until(given_back, timeout_s=10)  # it never reached the provider: no tokens
     assert await limiting.usage(db, pool=POOL) == (4, 1 + 1 + 0 + 5, 1)
+
+
+async def test_no_standby_permit_is_used_once_the_pool_cools_down(
+        one_slot: limiting.PoolLimiter, db: asyncpg.Connection
+) -> None:
+    # Granted before the provider's 429, it must not send during the cooldown that followed.
+    await _held_once(one_slot)
+    held = await one_slot.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiting_attempt = asyncio.create_task(one_slot.acquire(job_id=JobId(2), fence=1, tokens=5))
+
+    async def standby_granted() -> bool:
+        return await _standby_of(db, 2) is not None
+
+    await waiting.until(standby_granted, timeout_s=10)
+    standby = await _standby_of(db, 2)
+    await one_slot.cool_down(30.0)
+    await one_slot.release(held, tokens_used=1)
+    assert not waiting_attempt.done()  # no slot in memory, and no grant while the pool cools down
+
+    async def given_back() -> bool:
+        return bool(await db.fetchval(
+            "SELECT released_at IS NOT NULL AND tokens_used = 0 FROM limiter_permits WHERE id = $1", standby
+        ))
+
+    await waiting.until(given_back, timeout_s=10)
+    assert (await limiting.usage(db, pool=POOL))[2] == 0
+    waiting_attempt.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting_attempt
