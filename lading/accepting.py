@@ -274,7 +274,7 @@ async def _accept_manifest(
             prefix, suffix = hashing.job_request_template(
                 schema=request.schema, model_policy=request.model_policy, validation_policy=request.validation_policy
             )
-            await job_documents.insert_staged_jobs(
+            job_ids = await job_documents.insert_staged_jobs(
                 conn,
                 tenant=request.tenant,
                 batch_id=batch_id,
@@ -288,7 +288,6 @@ async def _accept_manifest(
                 deadline_at=inserted.now + dt.timedelta(seconds=request.deadline_s),
             )
             await failpoints.ahit("accept.after_bulk_inserts")
-            job_ids = await jobs.ids_of_batch(conn, batch_id=batch_id)
             await _accepted(conn, request, batch_id, jobs_count=len(job_ids))
             await failpoints.ahit("accept.before_commit")
     except asyncpg.LockNotAvailableError:

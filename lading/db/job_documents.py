@@ -87,15 +87,15 @@ async def insert_staged_jobs(
         priority: int,
         max_attempts: int,
         deadline_at: dt.datetime,
-) -> int:
+) -> tuple[JobId, ...]:
     """One job per staged line, in manifest order, with its document row (by reference), counted
-    in the tenant's queue counters in one row; returns how many documents were inserted."""
-    inserted: int = await conn.fetchval(
+    in the tenant's queue counters in one row; returns the new jobs' ids in manifest order."""
+    ids: list[int] = await conn.fetchval(
         queries.sql("manifest_lines_insert_jobs"),
         tenant, batch_id, hash_prefix + b'"', b'"' + hash_suffix, pool, schema, validation_policy, priority,
         max_attempts, deadline_at,
     )  # fmt: skip
-    return inserted
+    return tuple(JobId(i) for i in ids)
 
 async def document_of(conn: asyncpg.Connection, *, job_id: JobId) -> str | None:
     """The job's document text. Only for an explicit request: the text may be confidential."""

@@ -37,8 +37,8 @@ SELECT key, sha256 FROM manifest_lines ORDER BY key COLLATE "C";
 -- before the digest (with its opening quote), $4 the part after. $1 tenant, $2 batch, $5 pool,
 -- $6 schema, $7 validation policy, $8 priority, $9 max attempts, $10 deadline.
 -- Counted in the tenant's queue counters in one row, as submission_jobs_append_finish counts (the
--- insert triggers skipped, the setting back to 'off' once both inserts have ended). Returns how many
--- documents were inserted.
+-- insert triggers skipped, the setting back to 'off' once both inserts have ended). Returns the new
+-- jobs' ids in manifest order as ONE int8[] value (what job_ids_of_batch would read back).
 WITH exempt AS MATERIALIZED (
     SELECT set_config('lading.queued_counted', 'on', true) AS setting
 ), lines AS MATERIALIZED (
@@ -60,6 +60,7 @@ WITH exempt AS MATERIALIZED (
     SELECT (SELECT count(*) FROM jobs) AS jobs, (SELECT count(*) FROM documents) AS documents,
            (SELECT coalesce(sum(bytes), 0) FROM documents)::bigint AS bytes
 )
-SELECT i.documents, set_config('lading.queued_counted', 'off', true) AS setting,
+SELECT coalesce((SELECT array_agg(id ORDER BY ordinal) FROM lines), '{}') AS ids,
+       set_config('lading.queued_counted', 'off', true) AS setting,
        (SELECT count(lading_tenant_queued_add($1, i.jobs, i.bytes)) FROM inserted i WHERE i.jobs > 0) AS added
   FROM inserted i;
