@@ -51,6 +51,14 @@ for a release and does not ask again before one is heard of:
 - a release that grants nothing NOTIFYs the `lading_limiter` channel with the pool's name, which
   wakes every replica's asker (with a short poll as the fallback if LISTEN is unavailable).
 
+While every slot is in use, a process also takes standby permits for its next waiting attempts,
+one per slot of its own due to end soon: a request and its tokens counted under the pool's limits,
+no slot (`limiter.acquire_standby`). A slot ending in the process then goes to such an attempt in
+memory, and the database records the change of hands afterwards in one statement without the
+pool's row lock (`limiter.hand_over`): no grant stands between the end of one call and the next.
+A standby permit is used only within `LimiterSettings.standby_s` of its grant, and never while the
+pool is known to cool down; otherwise it goes back.
+
 The per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a
 bounded number of rows whatever the pool's rate.
 
