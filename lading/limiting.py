@@ -594,14 +594,13 @@ class PoolLimiter:
         task.add_done_callback(self._settling.discard)
 
     def _batch(self, limit: int | None = None) -> list[_Waiter]:
-        """The first `limit` (default `max_batch`) waiters no query in flight asks for and holding no usable
-        standby permit, in arrival order."""
+        """The first `limit` (default `max_batch`) waiters no query in flight asks for, in arrival order."""
         limit = self.settings.max_batch if limit is None else limit
-        now = time.monotonic()
         batch: list[_Waiter] = []
         for waiter in self._queue:
-            # One with a standby permit gets the next slot that ends here (`release`), not an ask's.
-            if not waiter.asking and not waiter.granted.done() and not self._standby_fresh(waiter, now):
+            # One with a standby permit too: a slot freed for every replica (or a streak's end) would
+            # otherwise stand empty until its standby permit went stale. Granted, it gives that back.
+            if not waiter.asking and not waiter.granted.done():
                 batch.append(waiter)
                 if len(batch) == limit:
                     break

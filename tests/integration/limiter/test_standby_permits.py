@@ -148,3 +148,31 @@ async def test_no_standby_permit_is_used_once_the_pool_cools_down(
     waiting_attempt.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting_attempt
+
+
+async def test_an_attempt_holding_a_standby_permit_is_asked_for_when_a_slot_is_freed_for_every_replica(
+        one_slot: limiting.PoolLimiter, db: asyncpg.Connection
+) -> None:
+    # No hand-over here (handoff_streak 0): the release frees the slot and NOTIFYs every replica. The
+    # attempt with a standby permit must be asked for at once, not left until its standby goes stale.
+    one_slot.settings = limiting.LimiterSettings(concurrency_poll_s=30.0, burst_s=60, standby_s=30.0,
+                                                 handoff_streak=0)
+    await _held_once(one_slot)
+    held = await one_slot.acquire(job_id=JobId(1), fence=1, tokens=1)
+    waiting_attempt = asyncio.create_task(one_slot.acquire(job_id=JobId(2), fence=1, tokens=5))
+
+    async def standby_granted() -> bool:
+        return await _standby_of(db, 2) is not None
+
+    await waiting.until(standby_granted, timeout_s=10)
+    standby = await _standby_of(db, 2)
+    await one_slot.release(held, tokens_used=1)
+    async with asyncio.timeout(10):
+        permit = await waiting_attempt
+    assert permit.id != standby
+
+    async def given_back() -> bool:
+        return bool(await db.fetchval("SELECT released_at IS NOT NULL FROM limiter_permits WHERE id = $1", standby))
+
+    await waiting.until(given_back, timeout_s=10)
+    assert (await limiting.usage(db, pool=POOL))[2] == 1
