@@ -51,7 +51,8 @@ for a release and does not ask again before one is heard of:
 - a release that grants nothing NOTIFYs the `lading_limiter` channel with the pool's name, which
   wakes every replica's asker (with a short poll as the fallback if LISTEN is unavailable).
 
-While every slot is in use, a process also takes standby permits for its next waiting attempts,
+With standby permits on (`LimiterSettings.standby_s`, `LADING_LIMITER_STANDBY_S`; off by default),
+while every slot is in use, a process also takes standby permits for its next waiting attempts,
 one per slot of its own due to end soon: a request and its tokens counted under the pool's limits,
 no slot (`limiter.acquire_standby`). A slot ending in the process then goes to such an attempt in
 memory, and the database records the change of hands afterwards in one statement without the
@@ -116,6 +117,8 @@ ESTIMATE_BOUNDS = (0.5, 8.0)
 once (6 characters per token) nor make them more than 8 times the estimate."""
 MINUTE_ENV = "LADING_LIMITER_MINUTE_S"
 """A scaled minute for tests against a stub with a scaled window (`LimiterSettings.from_environment`)."""
+STANDBY_ENV = "LADING_LIMITER_STANDBY_S"
+"""Standby permits on, with this `LimiterSettings.standby_s` (`from_environment`; off by default)."""
 
 
 class TokenAccounting(enum.StrEnum):
@@ -174,12 +177,14 @@ class LimiterSettings:
     """After a failed try to LISTEN, try again after this long. A LISTEN connection that is lost is
     replaced at the asker's next round; until then the asker polls, and no other replica's release
     can grant a slot to an attempt of this one."""
-    standby_s: float = 0.25
+    standby_s: float = 0.0
     """Standby permits (`PoolLimiter.release`): while every slot is in use, a process whose attempts wait
     takes a standby permit for its next waiting attempt shortly before one of its calls is expected to
     end, and gives that call's slot to it in memory when it ends. A standby permit is used only this
     young (it counted as a request when granted, and the provider counts it when it arrives: the
-    window's extra second must cover the difference), else it goes back. 0: no standby permits."""
+    window's extra second must cover the difference), else it goes back. 0 (the default): no standby
+    permits. Off by default: on a loaded 2-core machine they did not shorten the drain measurably and
+    cost the workers CPU (docs/benchmarks.md, `limiter`); 0.25 turns them on."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""
@@ -188,17 +193,26 @@ class LimiterSettings:
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> LimiterSettings:
         """The defaults, or, with `LADING_LIMITER_MINUTE_S` set, a scaled minute: the per-minute limits
         count over that many seconds (plus the same one-second margin) and pacing spreads them over it.
-        For tests against a stub that scales its window the same way; never needed in production."""
-        value = (os.environ if environ is None else environ).get(MINUTE_ENV)
+        For tests against a stub that scales its window the same way; never needed in production.
+        `LADING_LIMITER_STANDBY_S` sets `standby_s` (standby permits on)."""
+        environ = os.environ if environ is None else environ
+        standby = environ.get(STANDBY_ENV)
+        try:
+            standby_s = float(standby) if standby else 0.0
+        except ValueError:
+            raise ValueError(f"${STANDBY_ENV} must be a number of seconds, got {standby!r}") from None
+        if not 0.0 <= standby_s <= 0.5:
+            raise ValueError(f"${STANDBY_ENV} must be between 0 and 0.5 seconds, got {standby!r}")
+        value = environ.get(MINUTE_ENV)
         if not value:
-            return cls()
+            return cls(standby_s=standby_s)
         try:
             minute_s = float(value)
         except ValueError:
             raise ValueError(f"${MINUTE_ENV} must be a number of seconds, got {value!r}") from None
         if not 1.0 <= minute_s <= 60.0:
             raise ValueError(f"${MINUTE_ENV} must be between 1 and 60 seconds, got {value!r}")
-        return cls(minute_s=minute_s, window_s=minute_s + 1.0)
+        return cls(minute_s=minute_s, window_s=minute_s + 1.0, standby_s=standby_s)
 
 
 @dataclasses.dataclass(frozen=True)
