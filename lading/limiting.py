@@ -183,8 +183,8 @@ class LimiterSettings:
     end, and gives that call's slot to it in memory when it ends. A standby permit is used only this
     young (it counted as a request when granted, and the provider counts it when it arrives: the
     window's extra second must cover the difference), else it goes back. 0 (the default): no standby
-    permits. Off by default: on a loaded 2-core machine they did not shorten the drain measurably and
-    cost the workers CPU (docs/benchmarks.md, `limiter`); 0.25 turns them on."""
+    permits. Off by default: on a loaded 2-core machine they did not shorten the drain measurably
+    (docs/limiter.md); 0.25 turns them on."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""
