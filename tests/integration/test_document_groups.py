@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lading import applying, intake, reasons
+from lading import applying, failpoints, intake, reasons
 from lading.db import pool as asyncpg_pool
 from lading.db import registry
 from lading.ids import TenantName
@@ -393,3 +393,36 @@ async def test_a_transaction_begun_for_documents_another_runner_took_is_rolled_b
     finally:
         await pool.close()
     assert await count(db, "extraction_jobs") == 27
+
+
+async def test_documents_waiting_behind_a_group_whose_connection_died_are_accepted_on_another(
+        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
+    # The first document's backend is terminated while two wait: its commit (which would have begun
+    # their transaction) fails, and its connection is handed back, not kept for them.
+    await seed(db)
+    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        async with single.acquire() as conn:
+            first_backend = conn.get_server_pid()
+        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1, max_documents=1))
+
+        async def post(i: int) -> intake.Submission | intake.Recorded:
+            return await submitter.submit_post(
+                namespace="acme", request=request(f"doc-{i}"), idempotency_key=f"k{i}",
+                request_digest=intake.request_digest(request(f"doc-{i}")), answer=answer,
+            )  # fmt: skip
+
+        with failpoints.enabled("intake.before_commit", "sleep(500)@1"):
+            first = asyncio.create_task(post(0))
+            async with asyncio.timeout(10):
+                while not await db.fetchval("SELECT state = 'idle in transaction' FROM pg_stat_activity "
+                                            "WHERE pid = $1", first_backend):
+                    pass  # until its append is done: it waits before its commit
+            waiting = [asyncio.create_task(post(i)) for i in (1, 2)]
+            await db.execute("SELECT pg_terminate_backend($1)", first_backend)
+            outcomes = await asyncio.gather(first, *waiting, return_exceptions=True)
+    finally:
+        await single.close()
+    assert not isinstance(outcomes[0], intake.Submission), "its commit never happened"
+    assert all(isinstance(o, intake.Submission) for o in outcomes[1:]), outcomes
+    assert await count(db, "extraction_jobs") == 2
