@@ -5,7 +5,8 @@ Single documents: the acceptance path of a document sent alone (the HTTP API's
     submit_document(db, namespace=NS, document=..., idempotency_key=K, request_digest=D)
       1. the fields (`DocumentRequest`: an inline document's or a manifest line's rules)
                                                    -> applying.InvalidDocument, every field error
-      2. ONE transaction, five round trips for a lone document (BEGIN and COMMIT included):
+      2. ONE transaction, four round trips for a lone document (BEGIN and COMMIT included;
+         one more when the batch it picked cannot take it, `_submit_group`):
          claim (NS, K) in document_submissions     taken: same D -> the same job, replayed
          (and the admission context, read in              other D -> IdempotencyMismatch
          the same statement)                              still committing -> AcceptanceInProgress
