@@ -50,7 +50,6 @@ from lading import accepting
 from lading.db import pool as dbpool
 from lading.db import registry
 from lading.ids import PoolName, TenantName
-from lading.limiting import LimiterSettings
 from lading.settings import ClaimerSettings, LeaseSettings, ReaperSettings, WorkerProcessSettings
 
 STUB = pathlib.Path(__file__).resolve().parent / "stub_model.py"
@@ -317,12 +316,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             f"       sum(extract(epoch FROM released_at - s.slot_at))::float8 AS held,"
             f"       avg(extract(epoch FROM s.slot_at))::float8 AS granted_at,"
             f"       avg(extract(epoch FROM released_at))::float8 AS released_at,"
-            f"       extract(epoch FROM max(released_at) - min(s.slot_at))::float8 AS span,"
-            f"       count(*) FILTER (WHERE s.slot_at > acquired_at + interval '1 millisecond') AS standby_used"
+            f"       extract(epoch FROM max(released_at) - min(s.slot_at))::float8 AS span"
             f"  FROM ({SLOT_PERMITS}) s"
-        )
-        standby_returned = await conn.fetchval(
-            "SELECT count(*) FROM limiter_permits WHERE expires_at <= acquired_at AND released_at IS NOT NULL"
         )
     requests = len(stats["admitted"])
     tokens_per_job = sum(n for _, n in stats["admitted"]) / max(1, requests)
@@ -334,7 +329,6 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "first_claim_s": round(first["claim"] - started_wall, 3),
             "first_grant_s": round(first["grant"] - started_wall, 3),
             "permit_held_ms": round(holds["hold"] * 1000, 1),
-            "standby_permits_used": holds["standby_used"], "standby_permits_returned": standby_returned,
             **_hold_parts(holds, stats["admitted"], latency_ms=latency_ms),
             "mean_in_flight": round(holds["held"] / holds["span"], 2),
             **slots,
@@ -395,15 +389,11 @@ async def _function_times(conn: asyncpg.Connection) -> dict[str, Any]:
         "calls": r["calls"], "total_ms": round(r["total_time"]), "self_ms": round(r["self_time"])} for r in rows}
 
 
-PERMIT_TTL_S = LimiterSettings().permit_ttl_s
-SLOT_PERMITS = f"""
-SELECT p.*, p.expires_at - make_interval(secs => {PERMIT_TTL_S}) AS slot_at
+SLOT_PERMITS = """
+SELECT p.*, p.acquired_at AS slot_at
   FROM limiter_permits p
- WHERE p.expires_at > p.acquired_at
 """
-"""The permits that held a slot, and when each took it (`slot_at`): when granted, or for a standby
-permit (`LimiterSettings.standby_s`), granted earlier with no slot, when a release handed it one
-(either way the slot's permit expires `permit_ttl_s` later). Standby permits given back held none."""
+"""The permits, each with when it took its slot (`slot_at`): when it was granted."""
 
 SLOTS_SQL = f"""
 WITH grants AS (

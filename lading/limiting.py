@@ -51,15 +51,6 @@ for a release and does not ask again before one is heard of:
 - a release that grants nothing NOTIFYs the `lading_limiter` channel with the pool's name, which
   wakes every replica's asker (with a short poll as the fallback if LISTEN is unavailable).
 
-With standby permits on (`LimiterSettings.standby_s`, `LADING_LIMITER_STANDBY_S`; off by default),
-while every slot is in use, a process also takes standby permits for its next waiting attempts,
-one per slot of its own due to end soon: a request and its tokens counted under the pool's limits,
-no slot (`limiter.acquire_standby`). A slot ending in the process then goes to such an attempt in
-memory, and the database records the change of hands afterwards in one statement without the
-pool's row lock (`limiter.hand_over`): no grant stands between the end of one call and the next.
-A standby permit is used only within `LimiterSettings.standby_s` of its grant, and never while the
-pool is known to cool down; otherwise it goes back.
-
 The per-minute counts come from a per-second rollup (`limiter_seconds`), so a grant reads a
 bounded number of rows whatever the pool's rate.
 
@@ -117,8 +108,6 @@ ESTIMATE_BOUNDS = (0.5, 8.0)
 once (6 characters per token) nor make them more than 8 times the estimate."""
 MINUTE_ENV = "LADING_LIMITER_MINUTE_S"
 """A scaled minute for tests against a stub with a scaled window (`LimiterSettings.from_environment`)."""
-STANDBY_ENV = "LADING_LIMITER_STANDBY_S"
-"""Standby permits on, with this `LimiterSettings.standby_s` (`from_environment`; off by default)."""
 
 
 class TokenAccounting(enum.StrEnum):
@@ -177,14 +166,6 @@ class LimiterSettings:
     """After a failed try to LISTEN, try again after this long. A LISTEN connection that is lost is
     replaced at the asker's next round; until then the asker polls, and no other replica's release
     can grant a slot to an attempt of this one."""
-    standby_s: float = 0.0
-    """Standby permits (`PoolLimiter.release`): while every slot is in use, a process whose attempts wait
-    takes a standby permit for its next waiting attempt shortly before one of its calls is expected to
-    end, and gives that call's slot to it in memory when it ends. A standby permit is used only this
-    young (it counted as a request when granted, and the provider counts it when it arrives: the
-    window's extra second must cover the difference), else it goes back. 0 (the default): no standby
-    permits. Off by default: on a loaded 2-core machine they did not shorten the drain measurably
-    (docs/limiter.md); 0.25 turns them on."""
     minute_s: float = 60.0
     """The provider's minute: pacing spreads requestsPerMinute over it. Only a model stub whose
     window is scaled down (tests) has another; `from_environment` reads it."""
@@ -193,26 +174,17 @@ class LimiterSettings:
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> LimiterSettings:
         """The defaults, or, with `LADING_LIMITER_MINUTE_S` set, a scaled minute: the per-minute limits
         count over that many seconds (plus the same one-second margin) and pacing spreads them over it.
-        For tests against a stub that scales its window the same way; never needed in production.
-        `LADING_LIMITER_STANDBY_S` sets `standby_s` (standby permits on)."""
-        environ = os.environ if environ is None else environ
-        standby = environ.get(STANDBY_ENV)
-        try:
-            standby_s = float(standby) if standby else 0.0
-        except ValueError:
-            raise ValueError(f"${STANDBY_ENV} must be a number of seconds, got {standby!r}") from None
-        if not 0.0 <= standby_s <= 0.5:
-            raise ValueError(f"${STANDBY_ENV} must be between 0 and 0.5 seconds, got {standby!r}")
-        value = environ.get(MINUTE_ENV)
+        For tests against a stub that scales its window the same way; never needed in production."""
+        value = (os.environ if environ is None else environ).get(MINUTE_ENV)
         if not value:
-            return cls(standby_s=standby_s)
+            return cls()
         try:
             minute_s = float(value)
         except ValueError:
             raise ValueError(f"${MINUTE_ENV} must be a number of seconds, got {value!r}") from None
         if not 1.0 <= minute_s <= 60.0:
             raise ValueError(f"${MINUTE_ENV} must be between 1 and 60 seconds, got {value!r}")
-        return cls(minute_s=minute_s, window_s=minute_s + 1.0, standby_s=standby_s)
+        return cls(minute_s=minute_s, window_s=minute_s + 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,10 +283,6 @@ class _Waiter:
     since: float = dataclasses.field(default_factory=time.monotonic)
     recorded: bool = False
     """Recorded as waiting in the database (`limiter_waiters`): another replica's release may grant it."""
-    standby: Permit | None = None
-    """A standby permit (`LimiterSettings.standby_s`): counted as a request and its tokens, holding no slot."""
-    standby_at: float = 0.0
-    """When it was asked for (before the grant): its age is never underestimated."""
 
 
 class PoolLimiter:
@@ -342,12 +310,7 @@ class PoolLimiter:
         self._asker_idle = False  # the asker waits only because every waiter is asked for by a release
         self._listener: asyncpg.pool.PoolConnectionProxy | None = None
         self._listener_pid: int | None = None  # its backend pid: how other replicas address a grant to this one
-        self._held: dict[int, float] = {}  # permits handed to attempts here and not released yet: since when
-        self._hold_s: float | None = None  # how long attempts here held a slot, lately (moving average)
-        self._activating: dict[int, asyncio.Task[None]] = {}  # standby permit -> its `limiter.hand_over`
-        self._standby_taken = False  # a release here gave a slot to a standby permit: the asker tops up
-        self._unbacked: set[int] = set()  # slots handed over in memory whose change of hands was never recorded
-        self._cooling_until = 0.0  # monotonic: a cooldown known here; no standby permit is used before it ends
+        self._held: set[int] = set()  # permits handed to attempts here and not released yet
         self._connecting = False  # a try to LISTEN is in flight
         self._listen_again_at = 0.0  # monotonic time before which no new try is made (after a failure)
         self._settling: set[asyncio.Task[None]] = set()
@@ -369,11 +332,8 @@ class PoolLimiter:
             self._server.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._server
-        standbys = [w.standby for w in self._queue if w.standby is not None]
         for waiter in self._queue:  # nobody asks for them any more
             waiter.granted.cancel()
-            waiter.standby = None
-        await asyncio.gather(*self._activating.values(), *(self._returned(p) for p in standbys), return_exceptions=True)
         await asyncio.gather(*self._returning, return_exceptions=True)  # the pool may be closed next
         with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             await self._record_estimates()
@@ -595,9 +555,6 @@ class PoolLimiter:
         to it in the meantime goes back (one granted later, by a query in flight now, too: `_resolve`)."""
         with contextlib.suppress(ValueError):
             self._queue.remove(waiter)
-        if waiter.standby is not None:
-            self._return_standby(waiter.standby)
-            waiter.standby = None
         if waiter.granted.done() and not waiter.granted.cancelled() and waiter.granted.exception() is None:
             self._give_back(waiter.granted.result())
         else:
@@ -612,8 +569,6 @@ class PoolLimiter:
         limit = self.settings.max_batch if limit is None else limit
         batch: list[_Waiter] = []
         for waiter in self._queue:
-            # One with a standby permit too: a slot freed for every replica (or a streak's end) would
-            # otherwise stand empty until its standby permit went stale. Granted, it gives that back.
             if not waiter.asking and not waiter.granted.done():
                 batch.append(waiter)
                 if len(batch) == limit:
@@ -635,12 +590,9 @@ class PoolLimiter:
         task.add_done_callback(self._returning.discard)
 
     def _hand(self, waiter: _Waiter, permit: Permit) -> None:
-        if waiter.standby is not None and waiter.standby.id != permit.id:
-            self._return_standby(waiter.standby)  # granted a slot otherwise: its standby permit is not needed
-        waiter.standby = None
         with contextlib.suppress(ValueError):
             self._queue.remove(waiter)
-        self._held[permit.id] = time.monotonic()
+        self._held.add(permit.id)
         waiter.granted.set_result(permit)
 
     def _note(self, refusal: Refusal | None, *, seq: int) -> None:
@@ -657,8 +609,11 @@ class PoolLimiter:
         if self._full_seq is not None and self._full_seq == self._seq:
             # Full at the last answer and no release heard of since: asking again now would be refused.
             # Wait for a release (elsewhere: NOTIFY; here: it may hand this waiter its permit), with a
-            # jittered poll as the fallback; meanwhile keep standby permits for the calls ending soon.
-            await self._wait_while_full(time.monotonic() + self.settings.concurrency_poll_s * (0.5 + random.random()))
+            # jittered poll as the fallback.
+            self._wake.clear()
+            poll = self.settings.concurrency_poll_s * (0.5 + random.random())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll)
             if self._full_seq == self._seq:
                 self._full_seq = None  # nothing heard of (or a grant here): ask at the next round anyway
             return
@@ -788,7 +743,6 @@ class PoolLimiter:
         """The permits of a grant for `tokens`, and why the next one was refused (None: all granted)."""
         limits = self.limits
         if grant.cooling:
-            self._cool(grant.cooldown_left_s)
             return [], Refusal("cooldown", min(grant.cooldown_left_s, self.settings.max_wait_step_s))
         permits = [Permit(id=i, tokens_reserved=t) for i, t in zip(grant.permit_ids, tokens, strict=False)]
         if len(permits) == len(tokens):
@@ -834,31 +788,8 @@ class PoolLimiter:
         (`handoff_streak` times in a row at most): the slot goes to it without a wake-up in any
         replica. Otherwise the same call grants the slot to the attempt of another replica that has
         waited longest, and NOTIFYs that replica alone. When nothing was granted, every replica's
-        asker is woken (NOTIFY).
-
-        An attempt here holding a standby permit (`LimiterSettings.standby_s`) comes first: it is given
-        the slot at once, in memory, and goes on while the database records the change of hands
-        (`limiter.hand_over`); no grant stands between the end of one call and the next."""
-        await self._activated(permit)  # the slot's own change of hands is recorded first
-        now = time.monotonic()
-        since = self._held.pop(permit.id, None)
-        if permit.id in self._unbacked:  # its own row never took the slot: it cannot hand one over
-            self._unbacked.discard(permit.id)
-            since = None
-        elif since is not None:
-            held_s = now - since
-            self._hold_s = held_s if self._hold_s is None else 0.8 * self._hold_s + 0.2 * held_s
+        asker is woken (NOTIFY)."""
         handing_over = self._handoffs < self.settings.handoff_streak
-        if handing_over and since is not None and now - since < self._hand_over_within_s():
-            taken = self._take_standby(now)
-            if taken is not None:
-                waiter, standby = taken
-                self._handoffs += 1
-                self._hand(waiter, standby)
-                self._standby_taken = True
-                self._wake.set()  # the asker takes a standby permit for the next in line
-                await self._hand_over(permit, tokens_used=tokens_used, standby=standby, recorded=waiter.recorded)
-                return
         # One waiter: the release frees one slot. Releases that finish together (calls granted
         # together end together) then each hand their slot to a waiter of their own.
         batch = self._batch(1) if handing_over else []
@@ -866,6 +797,7 @@ class PoolLimiter:
         asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
         for waiter in batch:
             waiter.asking = True
+        self._held.discard(permit.id)
         handed_to: int | None = None
         now = time.monotonic()
         try:
@@ -899,158 +831,6 @@ class PoolLimiter:
         # else: after a streak of hand-overs the asker here is woken by the NOTIFY, like every
         # other replica's, so that one of theirs may take the slot.
 
-    # -- standby permits ----------------------------------------------------------------------
-
-    def _standby_fresh(self, waiter: _Waiter, now: float) -> bool:
-        """`waiter` holds a standby permit young enough to take a slot (`LimiterSettings.standby_s`)."""
-        return waiter.standby is not None and now - waiter.standby_at < self.settings.standby_s
-
-    def _take_standby(self, now: float) -> tuple[_Waiter, Permit] | None:
-        """The first waiter here with a usable standby permit, and that permit (no longer its standby). None
-        while the pool is known to cool down: a standby permit was granted before the cooldown began."""
-        if now < self._cooling_until:
-            return None
-        for waiter in self._queue:
-            if not waiter.asking and not waiter.granted.done() and self._standby_fresh(waiter, now):
-                standby, waiter.standby = waiter.standby, None
-                assert standby is not None
-                return waiter, standby
-        return None
-
-    def _hand_over_within_s(self) -> float:
-        """A slot is handed over in memory only while its permit is surely still in flight in the database
-        (granted less than this long ago: well within `permit_ttl_s`)."""
-        ttl = self.settings.permit_ttl_s
-        return ttl - min(5.0, ttl / 2)
-
-    def _due(self, now: float) -> tuple[int, float | None]:
-        """How many slots held here are expected to end within about half of `standby_s` (from how long
-        slots were held lately), and in how many seconds the next one not yet due will be."""
-        if self.settings.standby_s <= 0 or self._hold_s is None:
-            return 0, None
-        due_at = self._hold_s - self.settings.standby_s / 2  # a slot's age from which it is due
-        ages = [now - since for since in self._held.values()]
-        later = [due_at - age for age in ages if age < due_at]
-        return len(ages) - len(later), min(later, default=None)
-
-    def _drop_stale_standbys(self, now: float) -> None:
-        for waiter in self._queue:
-            if waiter.standby is not None and not waiter.asking and not self._standby_fresh(waiter, now):
-                self._return_standby(waiter.standby)
-                waiter.standby = None
-
-    async def _top_up_standby(self) -> None:
-        """Standby permits for the next waiters here, one per slot held here that is due to end soon
-        (`_due`), under the pool's request, token and pacing limits (`limiter.acquire_standby`). Only while
-        every slot is in use: a standby permit is how a waiting attempt takes a slot ending here without
-        a grant in between. A failure leaves the waiters to the asks (it is only a shortcut)."""
-        now = time.monotonic()
-        self._drop_stale_standbys(now)
-        due, _ = self._due(now)
-        wanted = min(due - sum(1 for w in self._queue if w.standby is not None), self.settings.max_batch)
-        if wanted <= 0:
-            return
-        batch = [w for w in self._queue if not w.asking and not w.granted.done() and w.standby is None][:wanted]
-        if not batch:
-            return
-        asked = self._asked([(w.job_id, w.fence, w.tokens) for w in batch])
-        for waiter in batch:
-            waiter.asking = True
-        try:
-            async with self._connection() as conn:
-                limits = self.limits
-                grant = await limiter.acquire_standby(
-                    conn, pool=self.pool, asked=asked, requests_per_minute=limits.requests_per_minute,
-                    tokens_per_minute=limits.tokens_per_minute, window_s=self.settings.window_s,
-                    per_second=self.per_second,
-                )  # fmt: skip
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            logger.debug("No standby permits for pool %s: %s", self.pool, exc)
-            return
-        finally:
-            for waiter in batch:
-                waiter.asking = False
-        for waiter, permit_id, (_, _, tokens) in zip(batch, grant.permit_ids, asked, strict=False):
-            standby = Permit(id=permit_id, tokens_reserved=tokens)
-            if waiter.granted.done():
-                self._return_standby(standby)
-            else:
-                waiter.standby, waiter.standby_at = standby, now
-
-    async def _wait_while_full(self, poll_at: float) -> None:
-        """The pool was full at the last answer: wait until a release is heard of, a grant here wakes the
-        asker, or `poll_at`; meanwhile take standby permits as slots here come due to end."""
-        seq = self._seq
-        while True:
-            await self._top_up_standby()
-            now = time.monotonic()
-            if self._seq != seq or now >= poll_at:
-                return
-            _, next_due_in = self._due(now)
-            timeout = poll_at - now if next_due_in is None else min(poll_at - now, next_due_in)
-            self._wake.clear()
-            self._standby_taken = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            if self._seq != seq or (self._wake.is_set() and not self._standby_taken):
-                return  # a release heard of, or a grant here: ask
-
-    def _return_standby(self, standby: Permit) -> None:
-        """Give a standby permit back unused, in the background: it never reached the provider."""
-        self._settling.add(task := asyncio.create_task(self._returned(standby)))
-        task.add_done_callback(self._settling.discard)
-
-    async def _returned(self, standby: Permit) -> None:
-        try:
-            async with self.db.acquire() as conn:
-                await limiter.return_standby(conn, permit_id=standby.id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            # Left as it is, it only counts as a request and its tokens until the window passes it.
-            logger.debug("Cannot return standby permit %s of pool %s: %s", standby.id, self.pool, exc)
-
-    async def _hand_over(self, permit: Permit, *, tokens_used: int | None, standby: Permit, recorded: bool) -> None:
-        """Record that `standby` took the slot of `permit` (`limiter.hand_over`), retried until it is
-        recorded or the permit would have expired anyway; its attempt, if `recorded` as waiting, is
-        forgotten. A release of `standby` waits for it first (`_activated`)."""
-        task = asyncio.create_task(
-            self._record_hand_over(permit, tokens_used=tokens_used, standby=standby, recorded=recorded)
-        )
-        self._activating[standby.id] = task
-        task.add_done_callback(lambda _: self._activating.pop(standby.id, None))
-        await asyncio.shield(task)
-
-    async def _record_hand_over(
-            self, permit: Permit, *, tokens_used: int | None, standby: Permit, recorded: bool
-    ) -> None:
-        give_up_at = time.monotonic() + self.settings.permit_ttl_s
-        failures = 0
-        while True:
-            try:
-                async with self._connection() as conn:
-                    took = await limiter.hand_over(
-                        conn, permit_id=permit.id, tokens_used=tokens_used, standby_id=standby.id,
-                        permit_ttl_s=self.settings.permit_ttl_s, recorded=recorded,
-                    )  # fmt: skip
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                failures += 1
-                if time.monotonic() >= give_up_at:
-                    logger.warning("Gave up recording a slot's change of hands in pool %s: %s", self.pool, exc)
-                    self._unbacked.add(standby.id)
-                    return
-                await asyncio.sleep(min(5.0, 0.1 * 2**failures) * random.random())
-                continue
-            if not took:  # the released permit no longer held its slot: nothing changed hands
-                logger.warning("Permit %s of pool %s held no slot when handed over", permit.id, self.pool)
-                self._unbacked.add(standby.id)
-            return
-
-    async def _activated(self, permit: Permit) -> None:
-        """Wait until the change of hands that gave `permit` its slot is recorded, if it is on its way."""
-        task = self._activating.get(permit.id)
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-
     @staticmethod
     def _waited_if_recorded(batch: Sequence[_Waiter], now: float) -> list[float] | None:
         """How long the waiters of `batch` waited, when one of them is recorded as waiting: only such
@@ -1063,23 +843,12 @@ class PoolLimiter:
     async def cool_down(self, seconds: float) -> float:
         """The provider said 429 (or 503, overloaded): no replica sends to this pool for `seconds`.
         Returns how long the pool now cools down (a longer cooldown already set is kept)."""
-        self._cool(seconds)  # at once: no standby permit here is used from now on
         async with self.db.acquire() as conn:
             left = await limiter.cool_down(conn, pool=self.pool, seconds=seconds)
-        if left is not None:
-            self._cool(left)
         metrics.LIMITER_COOLDOWNS.labels(self.pool).inc()
         metrics.LIMITER_COOLDOWN_SECONDS.labels(self.pool).inc(seconds)
         logger.warning("Pool %s cooling down for %.1f s after the provider refused for congestion", self.pool, seconds)
         return left if left is not None else seconds
-
-    def _cool(self, seconds: float) -> None:
-        """The pool cools down for `seconds` more: the standby permits here go back unused."""
-        self._cooling_until = max(self._cooling_until, time.monotonic() + seconds)
-        for waiter in self._queue:
-            if waiter.standby is not None and not waiter.asking:
-                self._return_standby(waiter.standby)
-                waiter.standby = None
 
     async def observe(self, view: base.RateLimitView) -> tuple[int, int]:
         """Tighten the local view to what the provider's rate-limit headers say is left, where that is

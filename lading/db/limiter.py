@@ -124,51 +124,6 @@ async def release_and_grant(
     return (_grant(row) if asked else None), row["handed_to"]
 
 
-STANDBY_CONCURRENCY = 2**62
-"""The concurrency a standby grant is asked under: it holds no slot, so concurrency never refuses it."""
-
-
-async def acquire_standby(
-        conn: asyncpg.Connection,
-        *,
-        pool: PoolName,
-        asked: Sequence[tuple[JobId, int, int]],
-        requests_per_minute: int,
-        tokens_per_minute: int,
-        window_s: float,
-        per_second: int,
-) -> Grant:
-    """Standby permits for (job, fence, tokens), in order, under the pool's request, token and pacing
-    limits like any grant, but holding no concurrency slot: each is inserted already expired
-    (`expires_at = acquired_at`), so no count of permits in flight includes it, until `hand_over`
-    gives it the slot of a permit being released."""
-    return await try_acquire_many(
-        conn, pool=pool, asked=asked, requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-        max_concurrency=STANDBY_CONCURRENCY, permit_ttl_s=0.0, window_s=window_s, per_second=per_second,
-    )  # fmt: skip
-
-
-async def hand_over(
-        conn: asyncpg.Connection,
-        *,
-        permit_id: int,
-        tokens_used: int | None,
-        standby_id: int,
-        permit_ttl_s: float,
-        recorded: bool = False,
-) -> bool:
-    """Release permit `permit_id` (`tokens_used` as in `release`) and give its slot to standby permit
-    `standby_id`, which expires `permit_ttl_s` from now: in one statement, so every count of permits
-    in flight sees the one or the other. Nothing changes hands unless the released permit still held
-    its slot (not released, not expired). `recorded`: the standby permit's attempt was recorded as waiting
-    (`acquire_recording`), and is forgotten. Returns whether the standby permit took the slot."""
-    row = await conn.fetchrow(
-        queries.sql("limiter_hand_over"), permit_id, tokens_used, standby_id, permit_ttl_s, recorded
-    )
-    assert row is not None
-    return bool(row["activated"])
-
-
 async def forget_waiters(conn: asyncpg.Connection, *, pool: PoolName, listener: int) -> None:
     """Forget the waiting attempts the replica listening as backend pid `listener` recorded."""
     await conn.execute(queries.sql("limiter_waiters_forget"), pool, listener)
@@ -254,9 +209,3 @@ async def record_estimate(
 ) -> None:
     """Record the factor learned for the pool and schema from `samples` answers (the latest view wins)."""
     await conn.execute(queries.sql("limiter_estimate_upsert"), pool, schema, factor, samples)
-
-
-async def return_standby(conn: asyncpg.Connection, *, permit_id: int) -> None:
-    """Give back a standby permit that never took a slot: it never reached the provider, so it counts
-    no tokens any more (its request stays counted). No replica is woken: no slot was freed."""
-    await conn.execute(queries.sql("limiter_standby_return"), permit_id)
