@@ -660,8 +660,9 @@ def worker_settings(
 
 
 async def _worker_pool(url: str) -> asyncpg.Pool:
-    """Sized like `running.run_worker`'s: one connection per loop and a few spare."""
-    return await dbpool.create_pool(url, min_size=2, max_size=8)
+    """Sized like `running.run_worker`'s: one connection per loop and a few spare; like it, each
+    statement planned for its own arguments (`dbpool.CUSTOM_PLANS`)."""
+    return await dbpool.create_pool(url, min_size=2, max_size=8, custom_plans=True)
 
 
 NOOP_EVIDENCE = {

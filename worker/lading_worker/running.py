@@ -226,9 +226,11 @@ async def run_worker(
     """Open a pool sized for the worker's loops and run one Worker until `stop`. `elected` False:
     this process does not stand for the elected jobs (its supervisor does, `lading worker --processes`)."""
     # No reset query on release: the limiter acquires and releases per attempt, and the worker's
-    # connections keep no session state (`dbpool.keep_session`).
+    # connections keep no session state (`dbpool.keep_session`). Every statement planned for its
+    # own arguments (`dbpool.CUSTOM_PLANS`: a generic plan of the claim or the group commit made on
+    # a nearly empty job_attempts scans all of it per job once the table has grown).
     db = await dbpool.create_pool(dsn, min_size=2, max_size=8 + (events.connections if events else 0),
-                                  reset_sessions=False)
+                                  reset_sessions=False, custom_plans=True)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if elected:
