@@ -37,7 +37,6 @@ token's namespace, the broker's permissions), never from the document.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -45,7 +44,7 @@ import logging
 import re
 import typing
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -556,8 +555,6 @@ class GroupSubmitter:
         self.hints = _GroupHints()
         self._releases: set[asyncio.Task[None]] = set()
         """Connections being handed back to the pool (`_release_later`)."""
-        self._begun: list[asyncpg.Connection] = []
-        """A connection whose last commit began the next transaction, for the next group (`_hand_back`)."""
         self.groups: grouping.Groups[_Pending, Submission | Recorded] = grouping.Groups(
             self._apply, identity=lambda pending: pending.identity, max_items=self.settings.max_documents,
             concurrency=self.settings.flushers,
@@ -595,14 +592,12 @@ class GroupSubmitter:
         )
 
     async def _apply(self, group: Sequence[_Pending]) -> list[Submission | Recorded | Exception]:
-        # The connection whose commit just began this group's transaction (`_hand_back`), if any.
-        conn = self._begun.pop() if self._begun else await self.db.acquire()
+        conn = await self.db.acquire()
         try:
             if len(group) == 1:
                 return [await self._alone(conn, group[0])]
             try:
-                return await _submit_group(conn, group, settings=self.rolling, waits=self.settings, hints=self.hints,
-                                           chain=self._more_waiting)
+                return await _submit_group(conn, group, settings=self.rolling, waits=self.settings, hints=self.hints)
             except (asyncpg.PostgresError, errors.AcceptanceInProgress) as exc:
                 if isinstance(exc, asyncpg.PostgresConnectionError):
                     raise
@@ -610,36 +605,15 @@ class GroupSubmitter:
                             type(exc).__name__)
             return [await self._alone(conn, pending) for pending in group]
         finally:
-            self._hand_back(conn)
+            self._release_later(conn)
 
-    def _more_waiting(self) -> bool:
-        """Whether documents wait for a group: then a commit also begins the next transaction."""
-        return self.groups.waiting > 0
-
-    def _hand_back(self, conn: asyncpg.Connection) -> None:
-        """`conn` after a group: kept for the next group when its commit began the next transaction
-        and documents still wait (this runner takes them before anything else runs: no await lies
-        between here and the next `_apply`), else back to the pool (rolled back first when it was
-        begun for documents another runner took meanwhile)."""
-        if conn.is_in_transaction() and self.groups.waiting:
-            self._begun.append(conn)
-        else:
-            self._release_later(conn, roll_back=conn.is_in_transaction())
-
-    def _release_later(self, conn: asyncpg.Connection, *, roll_back: bool = False) -> None:
+    def _release_later(self, conn: asyncpg.Connection) -> None:
         """Hand `conn` back to the pool without the group's callers waiting for it: a pool that
         resets the connections it gets back (asyncpg's default) spends a round trip on it, and the
         answers need nothing more from the connection."""
-        release = asyncio.create_task(self._release(conn, roll_back=roll_back))
+        release = asyncio.create_task(self.db.release(conn))
         self._releases.add(release)
         release.add_done_callback(self._released)
-
-    async def _release(self, conn: asyncpg.Connection, *, roll_back: bool) -> None:
-        try:
-            if roll_back:  # an empty transaction: its BEGIN went with the last commit
-                await conn.execute("ROLLBACK;")
-        finally:
-            await self.db.release(conn)
 
     def _released(self, release: asyncio.Task[None]) -> None:
         self._releases.discard(release)
@@ -648,11 +622,12 @@ class GroupSubmitter:
             logger.info("a connection could not be reset for reuse (%s)", type(exc).__name__)
 
     async def _alone(self, conn: asyncpg.Connection, pending: _Pending) -> Submission | Recorded | Exception:
-        """One document in its own transaction (`submit_validated`'s, `_checked` having checked the
-        digest); a failure is its outcome."""
+        """One document in its own transaction; a failure is its outcome."""
+        if pending.answer is None:
+            return await _alone(conn, pending, settings=self.rolling)
         try:
             (outcome,) = await _submit_group(conn, [pending], settings=self.rolling, waits=self.settings,
-                                             hints=self.hints, chain=self._more_waiting)
+                                             hints=self.hints)
         except asyncpg.PostgresError as exc:
             return _refusal(exc, namespace=pending.namespace, idempotency_key=pending.idempotency_key)
         except Exception as exc:
@@ -673,6 +648,22 @@ def _checked(pending: _Pending) -> _Pending:
     if not digest or len(digest) > REQUEST_DIGEST_MAX or storable.unstorable_reason(digest):
         raise ValueError(f"request_digest must be 1 to {REQUEST_DIGEST_MAX} storable characters")
     return pending
+
+
+async def _alone(
+        conn: asyncpg.Connection,
+        pending: _Pending,
+        *,
+        settings: RollingBatchSettings,
+) -> Submission | Exception:
+    """`submit_validated` for one document, in its own transaction; a failure is its outcome."""
+    try:
+        return await submit_validated(
+            conn, namespace=pending.namespace, request=pending.request, idempotency_key=pending.idempotency_key,
+            request_digest=pending.request_digest, settings=settings,
+        )  # fmt: skip
+    except Exception as exc:
+        return exc
 
 
 class _GroupHints:
@@ -719,7 +710,6 @@ async def _submit_group(
         settings: RollingBatchSettings,
         waits: GroupSettings,
         hints: _GroupHints | None = None,
-        chain: Callable[[], bool] | None = None,
 ) -> list[Submission | Recorded | Exception]:
     """Accept `group` (one document per idempotency key) in one transaction: the POSTs' records and
     every document's key claimed and the group's admission context read in one statement (POSTs
@@ -733,8 +723,6 @@ async def _submit_group(
     documents have different fields or fill more than one batch. One outcome per document, in
     order.
 
-    `chain`: see `_transaction` (without it, `conn.transaction()`: a savepoint inside the caller's).
-
     Lock order, the same in every transaction: records' keys (sorted), documents' keys (sorted),
     rolling batches (by group); a record's claim is the only wait before the first lock of the
     next kind, so two groups sharing a key wait for one another at most once, never in a cycle."""
@@ -743,7 +731,7 @@ async def _submit_group(
     namespaces, pools, endpoints = applying.context_asked(checks)
     hints = hints or _HINTS
     guess = hints.group_of(group)
-    async with _transaction(conn, chain):
+    async with conn.transaction():
         posts = [i for i, p in enumerate(group) if p.answer is not None]
         claimed = await submissions.claim_group(
             conn,
@@ -810,30 +798,6 @@ async def _submit_group(
         await failpoints.ahit("intake.before_commit")
     assert all(outcome is not None for outcome in outcomes), "every document has an outcome"
     return [outcome for outcome in outcomes if outcome is not None]
-
-
-@contextlib.asynccontextmanager
-async def _transaction(conn: asyncpg.Connection, chain: Callable[[], bool] | None) -> AsyncIterator[None]:
-    """A group's transaction on `conn`. With `chain`, transactions follow one another on the
-    connection: one begun already (by the last commit) is used as it is, and when `chain()` says
-    more documents wait as this one commits, the next BEGIN is sent with the COMMIT, in one round
-    trip: the next group starts with its first statement. The commit is the same: a COMMIT that
-    fails sends no BEGIN. (Its `now()` is that commit's time, a round trip before its first
-    statement; nothing the intake writes reads a clock more exactly than that.)"""
-    if chain is None:
-        async with conn.transaction():
-            yield
-        return
-    if not conn.is_in_transaction():
-        await conn.execute("BEGIN;")
-    try:
-        yield
-    except BaseException:
-        if not conn.is_closed():
-            with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresConnectionError, OSError):
-                await conn.execute("ROLLBACK;")
-        raise
-    await conn.execute("COMMIT; BEGIN;" if chain() else "COMMIT;")
 
 
 def _check_of(pending: _Pending) -> applying.DocumentCheck:

@@ -337,68 +337,10 @@ async def test_a_group_of_new_documents_of_one_kind_takes_four_round_trips(
     assert await db.fetchval("SELECT count(DISTINCT ordinal) FROM extraction_jobs") == 4
 
 
-async def test_a_commit_while_documents_wait_begins_the_next_groups_transaction(
-        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
-    # One document a group, one transaction at a time: while the first commits, two wait. Its COMMIT
-    # carries the next BEGIN, so the next group starts with its claim; the last commits alone.
-    await seed(db)
-    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
-    sent: list[str] = []
-    try:
-        async with single.acquire() as conn:
-            conn.add_query_logger(lambda logged: sent.append(logged.query.strip()))
-        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1, max_documents=1))
-
-        async def post(i: int) -> intake.Submission | intake.Recorded:
-            return await submitter.submit_post(
-                namespace="acme", request=request(f"doc-{i}"), idempotency_key=f"k{i}",
-                request_digest=intake.request_digest(request(f"doc-{i}")), answer=answer,
-            )  # fmt: skip
-
-        await post(0)
-        before = len(sent)
-        outcomes = await asyncio.gather(*(post(i) for i in range(1, 4)))
-        statements = [q for q in sent[before:] if "pg_advisory_unlock_all" not in q]
-        async with single.acquire() as conn:
-            assert not conn.is_in_transaction()
-    finally:
-        await single.close()
-    assert all(isinstance(o, intake.Submission) and not o.replayed for o in outcomes)
-    transactions = [q for q in statements if q in ("BEGIN;", "COMMIT;", "COMMIT; BEGIN;")]
-    assert transactions == ["BEGIN;", "COMMIT; BEGIN;", "COMMIT; BEGIN;", "COMMIT;"], statements
-    assert len(statements) == 10, statements
-    assert await count(db, "extraction_jobs") == 4
-    assert await count(db, "api_requests") == 4
-
-
-async def test_a_transaction_begun_for_documents_another_runner_took_is_rolled_back(
-        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
-    # Two runners, one document a group: a commit that began a transaction for documents the other
-    # runner then took hands its connection back rolled back, never with a transaction open.
-    await seed(db)
-    pool = await asyncpg_pool.create_pool(database_url, min_size=2, max_size=2)
-    try:
-        submitter = intake.GroupSubmitter(pool, settings=intake.GroupSettings(flushers=2, max_documents=1))
-        for round_ in range(3):
-            outcomes = await asyncio.gather(*(submitter.submit_post(
-                namespace="acme", request=request(f"doc-{round_}-{i}"), idempotency_key=f"k{round_}-{i}",
-                request_digest=intake.request_digest(request(f"doc-{round_}-{i}")), answer=answer,
-            ) for i in range(9)))  # fmt: skip
-            assert all(isinstance(o, intake.Submission) for o in outcomes)
-        # Every group answered: the connections are being handed back (rolled back first or not).
-        if submitter._releases:
-            await asyncio.wait(submitter._releases, timeout=10)
-        async with pool.acquire() as first, pool.acquire() as second:
-            assert not first.is_in_transaction() and not second.is_in_transaction()
-    finally:
-        await pool.close()
-    assert await count(db, "extraction_jobs") == 27
-
-
 async def test_documents_waiting_behind_a_group_whose_connection_died_are_accepted_on_another(
         db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
-    # The first document's backend is terminated while two wait: its commit (which would have begun
-    # their transaction) fails, and its connection is handed back, not kept for them.
+    # The first document's backend is terminated while two wait: its commit fails, and the two are
+    # accepted on a new connection.
     await seed(db)
     single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
     try:
