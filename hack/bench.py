@@ -365,6 +365,16 @@ async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         after = cpu_now()
         return after[0] - before[0], after[1] - before[1]
 
+    async def copy_timed(
+            *tables: tuple[str, list[tuple[Any, ...]], Sequence[str]],
+    ) -> tuple[float, tuple[float, float]]:
+        """COPY each (table, rows, columns) in one transaction: (seconds, cpu_since of its start)."""
+        before, started = cpu_now(), time.perf_counter()
+        async with conn.transaction():
+            for table, records, columns in tables:
+                await conn.copy_records_to_table(table, records=records, columns=columns)
+        return time.perf_counter() - started, cpu_since(before)
+
     # The plain COPY acceptance is compared with (`compare`'s definition, bench_compare.COPY_SETUP):
     # 10,000 job rows (an accepted batch's values) and 10,000 outbox rows in one transaction, into
     # tables of the same columns with only a primary key, rows built before the clock starts.
@@ -399,30 +409,20 @@ async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
                  json.dumps({"jobId": job[0], "batchId": job[batch_at], "documentKey": job[key_at]}))
                 for job in job_rows
             ]  # fmt: skip
-            before, started = cpu_now(), time.perf_counter()
-            async with conn.transaction():
-                await conn.copy_records_to_table(
-                    "compare_copy_jobs", records=job_rows, columns=dbjob_rows.JOB_COLUMNS
-                )
-                await conn.copy_records_to_table(
-                    "compare_copy_outbox", records=outbox_rows, columns=bench_compare.OUTBOX_COLUMNS
-                )
-            copy_seconds.append(time.perf_counter() - started)
-            copy_cpu.append(cpu_since(before))
+            took, spent = await copy_timed(
+                ("compare_copy_jobs", job_rows, dbjob_rows.JOB_COLUMNS),
+                ("compare_copy_outbox", outbox_rows, bench_compare.OUTBOX_COLUMNS),
+            )
+            copy_seconds.append(took)
+            copy_cpu.append(spent)
             document_rows = [(job[0], text, len(text.encode())) for job, text in zip(job_rows, texts, strict=True)]
-            before, started = cpu_now(), time.perf_counter()
-            async with conn.transaction():
-                await conn.copy_records_to_table(
-                    "compare_documents_jobs", records=job_rows, columns=dbjob_rows.JOB_COLUMNS
-                )
-                await conn.copy_records_to_table(
-                    "compare_documents_outbox", records=outbox_rows, columns=bench_compare.OUTBOX_COLUMNS
-                )
-                await conn.copy_records_to_table(
-                    "compare_documents", records=document_rows, columns=bench_compare.DOCUMENT_COLUMNS
-                )
-            documents_seconds.append(time.perf_counter() - started)
-            documents_cpu.append(cpu_since(before))
+            took, spent = await copy_timed(
+                ("compare_documents_jobs", job_rows, dbjob_rows.JOB_COLUMNS),
+                ("compare_documents_outbox", outbox_rows, bench_compare.OUTBOX_COLUMNS),
+                ("compare_documents", document_rows, bench_compare.DOCUMENT_COLUMNS),
+            )
+            documents_seconds.append(took)
+            documents_cpu.append(spent)
         await conn.execute(
             "DROP TABLE compare_copy_jobs, compare_copy_outbox, compare_documents_jobs, compare_documents_outbox, "
             "compare_documents"
@@ -480,12 +480,7 @@ async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
             "what": "COPY of 10,000 job rows (an accepted batch's values) and 10,000 outbox rows, one transaction, "
             "tables of the same columns with only a primary key, rows built before the clock; one after each "
             "acceptance",
-            "jobs_per_s_median": round(ACCEPT_DOCUMENTS / statistics.median(copy_seconds), 1),
-            "ms_all": [round(x * 1000, 1) for x in copy_seconds],
-            "cpu_ms_per_batch_median": {
-                "python": round(statistics.median(c[0] for c in copy_cpu) * 1000, 1),
-                "postgres": round(statistics.median(c[1] for c in copy_cpu) * 1000, 1),
-            },
+            **_copy_timings(copy_seconds, copy_cpu),
         },
         "accept_vs_copy": round(statistics.median(copy_seconds) / statistics.median(seconds), 3),
         "accept_vs_copy_cpu": round(
@@ -494,12 +489,7 @@ async def bench_accept(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         "plain_copy_with_documents": {
             "what": "the plain COPY plus each job's document text (10,000 rows of job_documents' columns), one "
             "transaction, tables of their own with only a primary key; one after each plain COPY; not the target",
-            "jobs_per_s_median": round(ACCEPT_DOCUMENTS / statistics.median(documents_seconds), 1),
-            "ms_all": [round(x * 1000, 1) for x in documents_seconds],
-            "cpu_ms_per_batch_median": {
-                "python": round(statistics.median(c[0] for c in documents_cpu) * 1000, 1),
-                "postgres": round(statistics.median(c[1] for c in documents_cpu) * 1000, 1),
-            },
+            **_copy_timings(documents_seconds, documents_cpu),
         },
         "accept_vs_copy_with_documents": round(
             statistics.median(documents_seconds) / statistics.median(seconds), 3
@@ -657,6 +647,18 @@ def worker_settings(
         lease=LeaseSettings(),
         reaper=ReaperSettings(),
     )
+
+
+def _copy_timings(seconds: Sequence[float], cpu: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """A reference COPY's figures: jobs/s (median), every run's ms, and its median CPU (this process, PostgreSQL)."""
+    return {
+        "jobs_per_s_median": round(ACCEPT_DOCUMENTS / statistics.median(seconds), 1),
+        "ms_all": [round(x * 1000, 1) for x in seconds],
+        "cpu_ms_per_batch_median": {
+            "python": round(statistics.median(c[0] for c in cpu) * 1000, 1),
+            "postgres": round(statistics.median(c[1] for c in cpu) * 1000, 1),
+        },
+    }
 
 
 async def _worker_pool(url: str) -> asyncpg.Pool:

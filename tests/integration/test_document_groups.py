@@ -7,7 +7,10 @@ alone (replay, mismatch, refusal by a rule or by PostgreSQL) while the rest of i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -275,26 +278,13 @@ async def test_a_group_of_documents_of_one_kind_takes_four_round_trips_once_thei
     # trip of its own. The group's second document repeats the key of a document the batch holds
     # (under another idempotency key): it is another job, in another batch.
     await seed(db)
-    single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
-    sent: list[str] = []
-    try:
-        async with single.acquire() as conn:
-            conn.add_query_logger(lambda logged: sent.append(logged.query))
-        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1))
-
-        async def post(idempotency_key: str, key: str) -> intake.Submission | intake.Recorded:
-            return await submitter.submit_post(
-                namespace="acme", request=request(key), idempotency_key=idempotency_key,
-                request_digest=intake.request_digest(request(key)), answer=answer,
-            )  # fmt: skip
-
-        first = await post("k0", "doc-0")
-        before = len(sent)
-        outcomes = await asyncio.gather(post("k1", "doc-1"), post("k2", "doc-0"), post("k3", "doc-3"))
-        statements = [q for q in sent[before:] if "pg_advisory_unlock_all" not in q]
-    finally:
-        await single.close()
-    assert (submitter.groups.applied_groups, submitter.groups.applied_items) == (2, 4), "a lone one, then three"
+    async with _one_connection(database_url) as one:
+        first = await one.post("k0", "doc-0")
+        before = len(one.sent)
+        outcomes = await asyncio.gather(one.post("k1", "doc-1"), one.post("k2", "doc-0"), one.post("k3", "doc-3"))
+        statements = one.statements_since(before)
+    groups = one.submitter.groups
+    assert (groups.applied_groups, groups.applied_items) == (2, 4), "a lone one, then three"
     assert all(isinstance(o, intake.Submission) for o in (first, *outcomes))
     assert isinstance(first, intake.Submission)
     batch_names = [o.batch_name for o in outcomes if isinstance(o, intake.Submission)]
@@ -311,30 +301,47 @@ KEYS_TAKEN = "SELECT document_key FROM extraction_jobs WHERE batch_id = $1"
 async def test_a_group_of_new_documents_of_one_kind_takes_four_round_trips(
         db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
     await seed(db)
+    async with _one_connection(database_url) as one:
+        await one.post("k0", "doc-0")
+        before = len(one.sent)
+        outcomes = await asyncio.gather(*(one.post(f"k{i}", f"doc-{i}") for i in range(1, 4)))
+        statements = one.statements_since(before)
+    groups = one.submitter.groups
+    assert (groups.applied_groups, groups.applied_items) == (2, 4), "a lone one, then three"
+    assert len({o.batch_name for o in outcomes if isinstance(o, intake.Submission)}) == 1
+    assert len(statements) == 4, statements
+    assert await db.fetchval("SELECT count(DISTINCT batch_id) FROM extraction_jobs") == 1
+    assert await db.fetchval("SELECT count(DISTINCT ordinal) FROM extraction_jobs") == 4
+
+
+@dataclasses.dataclass
+class _OneConnection:
+    """A GroupSubmitter with one flusher over a pool of one connection, whose statements are logged."""
+
+    submitter: intake.GroupSubmitter
+    sent: list[str]
+
+    async def post(self, idempotency_key: str, key: str) -> intake.Submission | intake.Recorded:
+        return await self.submitter.submit_post(
+            namespace="acme", request=request(key), idempotency_key=idempotency_key,
+            request_digest=intake.request_digest(request(key)), answer=answer,
+        )  # fmt: skip
+
+    def statements_since(self, before: int) -> list[str]:
+        """The statements sent since `len(sent)` was `before`, without the pool's reset."""
+        return [q for q in self.sent[before:] if "pg_advisory_unlock_all" not in q]
+
+
+@contextlib.asynccontextmanager
+async def _one_connection(database_url: str) -> AsyncIterator[_OneConnection]:
     single = await asyncpg_pool.create_pool(database_url, min_size=1, max_size=1)
     sent: list[str] = []
     try:
         async with single.acquire() as conn:
             conn.add_query_logger(lambda logged: sent.append(logged.query))
-        submitter = intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1))
-
-        async def post(i: int) -> intake.Submission | intake.Recorded:
-            return await submitter.submit_post(
-                namespace="acme", request=request(f"doc-{i}"), idempotency_key=f"k{i}",
-                request_digest=intake.request_digest(request(f"doc-{i}")), answer=answer,
-            )  # fmt: skip
-
-        await post(0)
-        before = len(sent)
-        outcomes = await asyncio.gather(*(post(i) for i in range(1, 4)))
-        statements = [q for q in sent[before:] if "pg_advisory_unlock_all" not in q]
+        yield _OneConnection(intake.GroupSubmitter(single, settings=intake.GroupSettings(flushers=1)), sent)
     finally:
         await single.close()
-    assert (submitter.groups.applied_groups, submitter.groups.applied_items) == (2, 4), "a lone one, then three"
-    assert len({o.batch_name for o in outcomes if isinstance(o, intake.Submission)}) == 1
-    assert len(statements) == 4, statements
-    assert await db.fetchval("SELECT count(DISTINCT batch_id) FROM extraction_jobs") == 1
-    assert await db.fetchval("SELECT count(DISTINCT ordinal) FROM extraction_jobs") == 4
 
 
 async def test_documents_waiting_behind_a_group_whose_connection_died_are_accepted_on_another(
