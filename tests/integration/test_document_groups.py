@@ -10,18 +10,20 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import pytest
 
-from lading import applying, failpoints, intake, reasons
+from lading import accepting, applying, failpoints, intake, reasons
 from lading.db import pool as asyncpg_pool
-from lading.db import registry
+from lading.db import queries, registry
 from lading.ids import TenantName
 from lading.settings import RollingBatchSettings
 from tests.integration.test_admission_rules import seed
+from tests.support import factories
 
 
 def request(key: str, **fields: Any) -> intake.DocumentRequest:
@@ -375,3 +377,38 @@ async def test_documents_waiting_behind_a_group_whose_connection_died_are_accept
     assert not isinstance(outcomes[0], intake.Submission), "its commit never happened"
     assert all(isinstance(o, intake.Submission) for o in outcomes[1:]), outcomes
     assert await count(db, "extraction_jobs") == 2
+
+
+async def test_the_rolling_batch_pick_looks_a_key_up_in_its_batch_under_any_plan(
+        db: asyncpg.Connection, database_url: str) -> None:  # fmt: skip
+    # A generic plan made while extraction_jobs was small turned the pick's "is this key in the batch"
+    # into one scan of every job with that key: the (batch, key) index walked whole, per group.
+    await seed(db)
+    await factories.seed(db)
+    async with _one_connection(database_url) as one:
+        await one.post("k0", "doc-0")
+    [group] = await db.fetch("SELECT rolling_group FROM batches WHERE rolling_group IS NOT NULL")
+    await db.execute("ALTER TABLE extraction_jobs SET (autovacuum_enabled = false)")
+    try:
+        await db.execute("ANALYZE extraction_jobs")  # one job: what the generic plan is made on
+        await accepting.accept_batch(db, factories.batch_request(count=2000))
+        await db.execute(f"PREPARE pick(text[], text) AS {queries.sql('batch_pick_open_rolling')}")
+        async with db.transaction():
+            await db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            explain = await db.fetchval("SELECT format('EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE pick(ARRAY[%L], %L)',"
+                                        " $1::text, 'doc-0')", group["rolling_group"])
+            raw = await db.fetchval(explain)
+            await db.execute("DEALLOCATE pick")
+    finally:
+        await db.execute("ALTER TABLE extraction_jobs RESET (autovacuum_enabled)")
+    (top,) = json.loads(raw)
+    scans = list(_scans_of(top["Plan"], "extraction_jobs"))
+    assert scans, "the pick looks the key up"
+    assert all("batch_id" in scan.get("Index Cond", "") for scan in scans), scans
+
+
+def _scans_of(plan: dict[str, Any], relation: str) -> Iterator[dict[str, Any]]:
+    if plan.get("Relation Name") == relation:
+        yield plan
+    for child in plan.get("Plans", []):
+        yield from _scans_of(child, relation)

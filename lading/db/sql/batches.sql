@@ -136,11 +136,16 @@ UPDATE batches SET open_until = NULL WHERE id = $1 AND open_until IS NOT NULL;
 -- `document_key`) that no other transaction holds, lowest id first, locked until the caller's
 -- transaction ends (SKIP LOCKED: concurrent documents of one group append to different batches
 -- instead of queuing on one row), with whether it still takes documents and whether
--- `wanted.document_key` is in it already.
+-- `wanted.document_key` is in it already. That look-up is a LATERAL join, not an EXISTS: a generic
+-- plan made on a small extraction_jobs turned the EXISTS into one hashed scan of every job with that
+-- key (the index's second column: a walk of the whole index, per group, growing with the table),
+-- where a LATERAL keeps the look-up of (batch, key) in the index.
 SELECT b.id, b.namespace, b.name, b.total_jobs, b.open_until > clock_timestamp() AS taking,
-       EXISTS (SELECT 1 FROM extraction_jobs j
-                WHERE j.batch_id = b.id AND j.document_key = (SELECT w.document_key FROM wanted w)) AS key_taken
+       t.taken IS NOT NULL AS key_taken
   FROM batches b
+  LEFT JOIN LATERAL (SELECT true AS taken FROM extraction_jobs j
+                      WHERE j.batch_id = b.id AND j.document_key = (SELECT w.document_key FROM wanted w)
+                      LIMIT 1) t ON true
  WHERE b.rolling_group = ANY ((SELECT w.groups FROM wanted w)::text[]) AND b.open_until IS NOT NULL
  ORDER BY b.id
  LIMIT 1
