@@ -379,7 +379,8 @@ async def endpoints_for_dispatch(conn: asyncpg.Connection) -> list[EndpointHealt
 
 
 async def admit_probe(conn: asyncpg.Connection, *, endpoint: str, probe_ttl_s: float) -> bool:
-    """Half-open the endpoint's breaker for one probe, if its cool-down is over and no probe is running."""
+    """Half-open the endpoint's breaker for one probe, if its cool-down is over, no probe is running and one
+    of its deliveries is due (the probe's claim then finds it)."""
     return await conn.fetchval(queries.sql("endpoint_breaker_admit_probe"), endpoint, probe_ttl_s) is not None
 
 

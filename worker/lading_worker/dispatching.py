@@ -353,7 +353,7 @@ class Dispatcher:
                     normal.append(endpoint.name)
                 elif admission is breaker.Admission.PROBE and await deliveries.admit_probe(
                         conn, endpoint=endpoint.name, probe_ttl_s=s.total_timeout_s + 5.0
-                ):  # the probe slot frees itself after one attempt's time, whether or not a delivery was due
+                ):  # admitted only with a delivery due; the slot frees itself after one attempt's time
                     probes.append(endpoint.name)
             claimed = await deliveries.claim(
                 conn, endpoints=normal, owner=self.owner, limit=limit or s.concurrency, lease_ttl_s=s.lease_ttl_s

@@ -245,12 +245,19 @@ SELECT name, url, spec, breaker_state, breaker_failures, breaker_opens, breaker_
 -- name: endpoint_breaker_admit_probe
 -- open (cool-down over) | half_open (previous probe's lease over) -> half_open with a probe lease of
 -- $2 s: at most one dispatcher replica probes an endpoint at a time. Returns the name when admitted.
-UPDATE endpoints
+-- Only while one of its deliveries is due: an admission with nothing to send would hold the probe
+-- slot for $2 s, and deliveries falling due a moment later (their backoff running out just after
+-- the cool-down) would wait that long for the next probe. Nobody else claims for an endpoint whose
+-- breaker is not closed, so the due delivery seen here is still there for the probe's claim.
+UPDATE endpoints e
    SET breaker_state = 'half_open', breaker_probe_until = clock_timestamp() + make_interval(secs => $2),
        breaker_changed_at = CASE WHEN breaker_state = 'half_open' THEN breaker_changed_at ELSE clock_timestamp() END
  WHERE name = $1
    AND ((breaker_state = 'open' AND breaker_open_until <= clock_timestamp())
         OR (breaker_state = 'half_open' AND (breaker_probe_until IS NULL OR breaker_probe_until <= clock_timestamp())))
+   AND EXISTS (SELECT FROM deliveries d
+                WHERE d.endpoint = e.name AND d.state IN ('PENDING', 'RETRY_SCHEDULED')
+                  AND d.next_attempt_at <= clock_timestamp())
 RETURNING name;
 
 -- name: endpoint_record_outcomes

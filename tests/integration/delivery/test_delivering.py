@@ -284,9 +284,34 @@ async def test_of_two_dispatchers_only_one_probes_a_half_open_endpoint(
             sent = len(erp.requests)
             erp.reply = erp_stub.slow(0.5)
             await db.execute("UPDATE endpoints SET breaker_open_until = clock_timestamp()")
+            await db.execute("UPDATE deliveries SET next_attempt_at = clock_timestamp()")  # backoff over too
             rounds = await asyncio.gather(one.run_once(), two.run_once())
     assert sorted(r.claimed for r in rounds) == [0, 1]
     assert len(erp.requests) == sent + 1
+
+
+async def test_a_probe_waits_for_a_due_delivery_instead_of_holding_the_slot_with_nothing_to_send(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool,
+) -> None:
+    settings = DeliverySettings(**{**helpers.FAST.__dict__, "breaker_threshold": 1, "total_timeout_s": 30.0})
+    async with erp_stub.running() as erp:
+        erp.reply = erp_stub.status(503)
+        await helpers.register(db, erp.webhook_url)
+        await helpers.succeed(db, count=2)
+        async with helpers.dispatcher(dbpool, settings=settings) as d:
+            await d.run_once()
+            assert await db.fetchval("SELECT breaker_state FROM endpoints") == "open"
+            sent = len(erp.requests)
+            erp.reply = erp_stub.status(200)
+            await db.execute("UPDATE endpoints SET breaker_open_until = clock_timestamp()")
+            await db.execute("UPDATE deliveries SET next_attempt_at = clock_timestamp() + interval '1 hour'")
+            assert (await d.run_once()).claimed == 0, "cool-down over, but nothing is due"
+            row = await db.fetchrow("SELECT breaker_state, breaker_probe_until FROM endpoints")
+            assert (row["breaker_state"], row["breaker_probe_until"]) == ("open", None), "no probe slot taken"
+            await db.execute("UPDATE deliveries SET next_attempt_at = clock_timestamp()")
+            assert (await d.run_once()).claimed == 1, "probed at once, not after a 35 s probe lease"
+    assert len(erp.requests) == sent + 1
+    assert await db.fetchval("SELECT breaker_state FROM endpoints") == "closed"
 
 
 async def test_a_body_over_the_limit_is_not_sent_and_fails_naming_its_size(
