@@ -24,11 +24,13 @@ SELECT jsonb_build_object(
                           'allowedPools', t.spec -> 'allowedPools',
                           'allowedPriorities', t.spec -> 'allowedPriorities',
                           'budgetCurrency', t.budget_currency,
-                          'queuedJobs', CASE WHEN t.max_queued_jobs IS NULL THEN 0 ELSE
-                              (SELECT coalesce(sum(q.jobs), 0) FROM tenant_queued q WHERE q.tenant = t.name) END,
-                          'queuedBytes', CASE WHEN t.spec ->> 'maxQueuedBytes' IS NULL THEN 0 ELSE
-                              (SELECT coalesce(sum(q.bytes), 0) FROM tenant_queued q WHERE q.tenant = t.name) END))
+                          'queuedJobs', CASE WHEN t.max_queued_jobs IS NULL THEN 0 ELSE q.jobs END,
+                          'queuedBytes', CASE WHEN t.spec ->> 'maxQueuedBytes' IS NULL THEN 0 ELSE q.bytes END))
                  FROM tenants t
+                 -- read (by index scan, migration 0052) only for a tenant that a limit bounds
+                 LEFT JOIN LATERAL (SELECT * FROM lading_tenant_queued_sums(t.name)
+                                     WHERE t.max_queued_jobs IS NOT NULL OR t.spec ->> 'maxQueuedBytes' IS NOT NULL) q
+                        ON true
                 WHERE t.name IN (SELECT o.tenants ->> 0 FROM owners o WHERE jsonb_array_length(o.tenants) = 1)
            ), '{}'::jsonb),
            'pools', coalesce((

@@ -34,7 +34,7 @@ RETURNING before.namespaces;
 
 -- name: tenant_queued_jobs
 -- Jobs a tenant has waiting or running: what maxQueuedJobs bounds (the counters of migration 0025).
-SELECT coalesce(sum(jobs), 0)::bigint FROM tenant_queued WHERE tenant = $1;
+SELECT jobs FROM lading_tenant_queued_sums($1);
 
 -- name: tenant_max_queued_jobs
 SELECT max_queued_jobs FROM tenants WHERE name = $1;
