@@ -19,7 +19,11 @@ flight each, against hack/stub_model.py enforcing the same limits as the pool.
                   stub's answer to the release), the CPU of the workers, the stub and the
                   workers' PostgreSQL backends, the calls and time of each limiter function
                   in the database (track_functions), and how late the workers' event loop
-                  wakes a task that sleeps 10 ms (`loop_lag_*`)
+                  wakes a task that sleeps 10 ms (`loop_lag_*`); and the drain time, exactly, in parts
+                  (`time_parts_s`, `_time_parts`): start-up, the calls themselves, the holds beyond
+                  the calls, slots empty while attempts waited, while a retry was due but not claimed,
+                  and while nothing was due (retries in their backoff), and the end;
+                  `ratio_less_nothing_due` leaves that last idle part out
 
 The stub counts tokens like a hosted API (`--accounting reserved`: prompt + max_tokens when a
 request arrives, for the whole window, whatever the answer used). In the drain phases it
@@ -35,13 +39,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -62,10 +67,13 @@ LATENCY_MS = 100.0
 PHASES = ("rpm-bound", "tpm-bound-cold", "tpm-bound", "drain-100ms", "drain-1s")
 DRAINS = {"drain-100ms": (100.0, 16, 1600), "drain-1s": (1000.0, 16, 480)}
 """phase: (call latency in ms, maxConcurrency, jobs): about 10 s and 30 s of work at the formula."""
-ONE_PROCESS, PROCESSES = "one-process", "processes"
+ONE_PROCESS, PROCESSES, FREE = "one-process", "processes", "free"
 ARRANGEMENTS = (ONE_PROCESS, PROCESSES)
 """How the drain phases run the workers: in this process, on one event loop, or each in a process of
-its own, as deployed (`LADING_BENCH_LIMITER_WORKERS`; both by default, reported side by side)."""
+its own, as deployed (`LADING_BENCH_LIMITER_WORKERS`; both by default, reported side by side).
+`free`, asked for by name only, runs them in this process with the limiter replaced by one in-memory
+semaphore of maxConcurrency permits (`_free_permits`): what the drain takes on this machine when a
+permit costs nothing, the floor any limiter work can reach."""
 HERE = pathlib.Path(__file__).resolve()
 ROOT = HERE.parent.parent
 TARGET_FRACTION = 0.97
@@ -281,6 +289,8 @@ async def _window(conn: asyncpg.Connection, url: str, stub_url: str, *, rpm: int
 
 async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concurrency: int, jobs: int,
                  arrangement: str = ONE_PROCESS, rpm: int = 1_000_000, tpm: int = 1_000_000_000) -> dict[str, Any]:
+    if arrangement == FREE:
+        return await _drain_free(conn, url, latency_ms=latency_ms, concurrency=concurrency, jobs=jobs)
     async with stub("--latency-ms", str(latency_ms), "--concurrency", str(concurrency), "--accounting", "reserved",
                     "--rpm", str(rpm), "--tpm", str(tpm), "--latency-from-arrival") as stub_url:
         await _prepare(conn, url=stub_url, rpm=rpm, tpm=tpm, concurrency=concurrency, jobs=jobs)
@@ -288,14 +298,7 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
         async with workers(url, arrangement=arrangement) as started_workers:
             stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]), started_workers.cpu_s()
             started, started_wall = time.perf_counter(), time.time()
-            while True:
-                left = await conn.fetchval(
-                    "SELECT count(*) FROM extraction_jobs WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
-                )
-                if left == 0:
-                    break
-                await asyncio.sleep(0.05)
-            drained_s = time.perf_counter() - started
+            drained_s = await _drained(conn) - started
             stub_cpu, own_cpu = cpu_s(STUB_PIDS[stub_url]) - stub_cpu, started_workers.cpu_s() - own_cpu
             # The workers' backends, opened with their connection pools: PostgreSQL's CPU for the run.
             backends = await conn.fetch(
@@ -311,6 +314,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "       extract(epoch FROM (SELECT min(acquired_at) FROM limiter_permits))::float8 AS grant"
         )
         slots = await _slots(conn, concurrency=concurrency)
+        parts = await _time_parts(conn, concurrency=concurrency, latency_s=latency_ms / 1000,
+                                  started_at=started_wall, drained_at=started_wall + drained_s)
         holds = await conn.fetchrow(
             f"SELECT avg(extract(epoch FROM released_at - s.slot_at))::float8 AS hold,"
             f"       sum(extract(epoch FROM released_at - s.slot_at))::float8 AS held,"
@@ -331,6 +336,8 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             "permit_held_ms": round(holds["hold"] * 1000, 1),
             **_hold_parts(holds, stats["admitted"], latency_ms=latency_ms),
             "mean_in_flight": round(holds["held"] / holds["span"], 2),
+            "time_parts_s": parts,
+            "ratio_less_nothing_due": round((drained_s - parts.get("idle_nothing_due", 0.0)) / expected_s, 4),
             **slots,
             "workers": arrangement,
             "cpu_s": {"workers" if arrangement == PROCESSES else "workers_and_bench": round(own_cpu, 2),
@@ -339,6 +346,60 @@ async def _drain(conn: asyncpg.Connection, url: str, *, latency_ms: float, concu
             **lag,
             "stub_answer_late_ms": stats.get("answer_late_mean_ms"),
             "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
+
+
+async def _drained(conn: asyncpg.Connection) -> float:
+    """Wait until no job is left to run (polled every 50 ms); when that was seen (`time.perf_counter`)."""
+    while True:
+        left = await conn.fetchval(
+            "SELECT count(*) FROM extraction_jobs WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')"
+        )
+        if left == 0:
+            return time.perf_counter()
+        await asyncio.sleep(0.05)
+
+
+async def _drain_free(conn: asyncpg.Connection, url: str, *, latency_ms: float, concurrency: int,
+                      jobs: int) -> dict[str, Any]:
+    """The drain with the workers in this process and no limiter: `concurrency` in-memory permits."""
+    async with stub("--latency-ms", str(latency_ms), "--concurrency", str(concurrency), "--accounting", "reserved",
+                    "--latency-from-arrival") as stub_url:
+        await _prepare(conn, url=stub_url, rpm=1_000_000, tpm=1_000_000_000, concurrency=concurrency, jobs=jobs)
+        with _free_permits(concurrency):
+            async with workers(url) as started_workers:
+                started = time.perf_counter()
+                drained_s = await _drained(conn) - started
+        stats = stub_stats(stub_url)
+    requests = len(stats["admitted"])
+    expected_s = requests / (concurrency / (latency_ms / 1000))
+    return {"jobs": jobs, "requests": requests, "concurrency": concurrency, "latency_ms": latency_ms,
+            "seconds": round(drained_s, 2), "formula_s": round(expected_s, 2),
+            "ratio": round(drained_s / expected_s, 4), "workers": FREE, **started_workers.lags(),
+            "stub_answer_late_ms": stats.get("answer_late_mean_ms"),
+            "stub_429s": stats["statuses"].get("429", 0), "max_concurrent": stats["max_concurrent"]}
+
+
+@contextlib.contextmanager
+def _free_permits(concurrency: int) -> Iterator[None]:
+    """Every `PoolLimiter` of this process acquires and releases permits of one in-memory semaphore."""
+    from lading import limiting
+
+    semaphore = asyncio.Semaphore(concurrency)
+    ids = itertools.count(1)
+
+    async def acquire(_self: limiting.PoolLimiter, *, job_id: object, fence: int, tokens: int) -> limiting.Permit:
+        await semaphore.acquire()
+        return limiting.Permit(id=next(ids), tokens_reserved=tokens)
+
+    async def release(_self: limiting.PoolLimiter, permit: limiting.Permit, *, tokens_used: int | None) -> None:
+        semaphore.release()
+
+    saved = limiting.PoolLimiter.acquire, limiting.PoolLimiter.release
+    limiting.PoolLimiter.acquire, limiting.PoolLimiter.release = acquire, release  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        limiting.PoolLimiter.acquire, limiting.PoolLimiter.release = saved  # type: ignore[method-assign]
 
 
 async def _loop_lag(lags: list[float], *, every_s: float = 0.01) -> None:
@@ -367,6 +428,56 @@ def _hold_parts(holds: asyncpg.Record, admitted: list[tuple[float, int]], *, lat
     arrival = sum(t for t, _ in admitted) / max(1, len(admitted))
     return {"grant_to_arrival_ms": round((arrival - holds["granted_at"]) * 1000, 1),
             "answer_to_release_ms": round((holds["released_at"] - arrival) * 1000 - latency_ms, 1)}
+
+
+TIME_PARTS_SQL = """
+SELECT extract(epoch FROM p.acquired_at)::float8 AS granted, extract(epoch FROM p.released_at)::float8 AS released,
+       extract(epoch FROM a.started_at)::float8 AS claimed,
+       CASE WHEN a.attempt > 1 AND a.attempt = j.attempt THEN extract(epoch FROM j.available_at)::float8 END AS due
+  FROM limiter_permits p
+  JOIN job_attempts a ON a.job_id = p.job_id AND a.fence = p.fence
+  JOIN extraction_jobs j ON j.id = p.job_id
+"""
+
+
+async def _time_parts(conn: asyncpg.Connection, *, concurrency: int, latency_s: float, started_at: float,
+                      drained_at: float) -> dict[str, float]:
+    """The drain time, exactly, in parts (seconds; they add up to it):
+
+        start               from the workers' start to the first grant
+        calls               permits x latency / concurrency: the formula when concurrency binds
+        hold_beyond_call    each permit's hold beyond the call's latency, / concurrency
+        idle_while_waiting  the pool's empty slots (as a fraction of all) while an attempt waited for a permit
+        idle_due_unclaimed  ... while none waited, but a retry was due and not yet claimed
+        idle_nothing_due    ... while none waited and nothing was due (retries in their backoff)
+        end                 from the last release to the bench seeing every job finished
+
+    An attempt waits from its claim (job_attempts.started_at) to its grant; a retry is due at the
+    job's available_at, as set by the failed attempt before it."""
+    rows = await conn.fetch(TIME_PARTS_SQL)
+    if not rows:
+        return {}
+    events: list[tuple[float, int, int, int]] = []  # (time, in use, waiting, due unclaimed) changes
+    for r in rows:
+        events += [(r["granted"], 1, -1, 0), (r["released"], -1, 0, 0), (r["claimed"], 0, 1, 0)]
+        if r["due"] is not None and r["due"] < r["claimed"]:
+            events += [(r["due"], 0, 0, 1), (r["claimed"], 0, 0, -1)]
+    events.sort()
+    first, last = min(r["granted"] for r in rows), max(r["released"] for r in rows)
+    idle = {"idle_while_waiting": 0.0, "idle_due_unclaimed": 0.0, "idle_nothing_due": 0.0}
+    in_use = waiting = due = 0
+    at = first
+    for t, d_use, d_wait, d_due in events:
+        if t > at and first <= at < last:
+            span = (min(t, last) - at) * (concurrency - in_use) / concurrency
+            key = "idle_while_waiting" if waiting > 0 else "idle_due_unclaimed" if due > 0 else "idle_nothing_due"
+            idle[key] += span
+        at = max(at, t)
+        in_use, waiting, due = in_use + d_use, waiting + d_wait, due + d_due
+    held = sum(r["released"] - r["granted"] for r in rows)
+    parts = {"start": first - started_at, "calls": len(rows) * latency_s / concurrency,
+             "hold_beyond_call": (held - len(rows) * latency_s) / concurrency, **idle, "end": drained_at - last}
+    return {k: round(v, 3) for k, v in parts.items()}
 
 
 async def _track_functions(conn: asyncpg.Connection) -> None:
@@ -467,7 +578,7 @@ async def bench_limiter(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]
             if phase not in phases:
                 continue
             for arrangement in arrangements:
-                suffix = "_processes" if arrangement == PROCESSES else ""
+                suffix = {PROCESSES: "_processes", FREE: "_free"}.get(arrangement, "")
                 results[phase.replace("-", "_") + suffix] = await _drain(
                     conn, url, latency_ms=latency_ms, concurrency=concurrency, jobs=jobs, arrangement=arrangement
                 )
