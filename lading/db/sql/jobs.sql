@@ -190,6 +190,11 @@ WITH input AS (
     RETURNING j.id, j.fence, j.schema, j.validation_policy, i.to_state, i.result, i.validation, j.batch_id,
               CASE WHEN j.cost_currency = i.cost_currency THEN i.cost END AS added, i.cost_currency
 ), closed AS (
+    -- Each attempt found by primary key (the LATERAL ... LIMIT 1 is planned per attempt), then
+    -- changed by its row address, whatever job_attempts' statistics say. Joined to the input, the
+    -- planner hashed every open attempt of the table on statistics taken while it was empty or
+    -- small (a new or emptied database before autovacuum): a sequential scan per commit, growing
+    -- with the attempts. (On a table of a few dozen pages it still scans it: cheaper there.)
     UPDATE job_attempts a
        SET finished_at = clock_timestamp(),
            outcome = CASE WHEN i.job_id IN (SELECT id FROM finished) THEN i.outcome ELSE 'stale' END,
@@ -197,7 +202,11 @@ WITH input AS (
            tokens_in = i.tokens_in, tokens_out = i.tokens_out, latency_ms = i.latency_ms,
            output_sha256 = i.output_sha256, cost = i.cost, cost_currency = i.cost_currency
       FROM input i
-     WHERE a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
+     WHERE a.ctid = ANY (ARRAY(SELECT x.tid
+                                  FROM input k
+                                 CROSS JOIN LATERAL (SELECT o.ctid AS tid FROM job_attempts o
+                                                      WHERE o.job_id = k.job_id AND o.fence = k.fence LIMIT 1) x))
+       AND a.job_id = i.job_id AND a.fence = i.fence AND a.finished_at IS NULL
     RETURNING a.job_id
 ), stored AS (
     INSERT INTO results (job_id, fence, schema, validation_policy, result, validation)
