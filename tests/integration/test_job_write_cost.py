@@ -4,8 +4,9 @@ every job READY, no attempt row yet (the worker's own tables are analyzed only b
 
 The claim plan's contenders' probe reads the claim index, never the table from its first page
 (where the finished jobs lie); the commit closes its attempts by primary key, never by reading
-every attempt row; and one trigger reads each update's rows for the outbox, the deliveries and
-the queue counters.
+every attempt row; one trigger reads each update's rows for the outbox, the deliveries and the
+queue counters; and the claim's result-reuse resolution keeps one plan (migration 0050) even on a
+worker's connection, which plans every statement for its arguments.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ import asyncpg
 
 from lading import accepting
 from lading.db import jobs, queries
-from lading.ids import PoolName, WorkerId
+from lading.db import reuse as reuse_db
+from lading.ids import JobId, PoolName, WorkerId
 from lading.jobs import transitions
 from tests.support import factories
 
 POOL = PoolName(factories.POOL)
 WORKER = WorkerId("w")
+REUSE_KEY = ("m", "p", "j")
+"""What a worker calling model `m` marks claimed jobs with and resolves them for (lading.reuse.Producer)."""
+Plan = dict[str, Any]
 
 
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -36,6 +41,13 @@ def _succeed(job: jobs.ClaimedJob) -> transitions.Finish:
     return transitions.succeed(job.id, job.fence, result={"total": "1.00"}, validation={"passed": True})
 
 
+async def _resolve(db: asyncpg.Connection, claimed: list[jobs.ClaimedJob]) -> dict[JobId, reuse_db.Decision]:
+    return await reuse_db.resolve(
+        db, [(j.id, j.fence) for j in claimed], worker_id=WORKER, model=REUSE_KEY[0], prompt_version=REUSE_KEY[1],
+        judging=REUSE_KEY[2], wait_margin_s=60,
+    )  # fmt: skip
+
+
 async def _backlog_analyzed_fresh(db: asyncpg.Connection, *, count: int) -> None:
     """`count` READY jobs, analyzed as they are (no attempt row, no finished job)."""
     await factories.seed(db)
@@ -43,8 +55,9 @@ async def _backlog_analyzed_fresh(db: asyncpg.Connection, *, count: int) -> None
     await db.execute("ANALYZE")
 
 
-async def _claim_plans(db: asyncpg.Connection) -> tuple[list[jobs.ClaimedJob], list[dict[str, Any]]]:
-    """One claim of 10 jobs and the plans of every statement it ran, nested ones included."""
+async def _claim_plans(db: asyncpg.Connection, *, resolve: bool = False) -> tuple[list[jobs.ClaimedJob], list[Plan]]:
+    """One claim of 10 jobs (and with `resolve` their resolution, `reuse_db.resolve`) and the plans
+    of every statement it ran, nested ones included."""
     plans: list[dict[str, Any]] = []
 
     def collect(_conn: object, message: asyncpg.PostgresLogMessage) -> None:
@@ -59,7 +72,10 @@ async def _claim_plans(db: asyncpg.Connection) -> tuple[list[jobs.ClaimedJob], l
             ("auto_explain.log_format", "json"), ("client_min_messages", "log"),
         ):  # fmt: skip
             await db.execute("SELECT set_config($1, $2, false)", setting, value)
-        claimed = await jobs.claim_batch(db, pool=POOL, worker_id=WORKER, limit=10, lease_ttl_s=60)
+        key = REUSE_KEY if resolve else None
+        claimed = await jobs.claim_batch(db, pool=POOL, worker_id=WORKER, limit=10, lease_ttl_s=60, reuse_key_of=key)
+        if resolve:
+            await _resolve(db, claimed)
     finally:
         await db.execute("SELECT set_config('client_min_messages', 'notice', false)")
         await db.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
@@ -150,3 +166,24 @@ async def test_one_trigger_reads_each_update_of_the_jobs(db: asyncpg.Connection)
     assert (queued_after["jobs"], queued_after["bytes"]) == (
         queued_before["jobs"] - 2, queued_before["bytes"] - settled_bytes,
     )  # fmt: skip
+
+
+async def test_a_workers_resolution_keeps_one_plan_that_reads_by_index(db: asyncpg.Connection) -> None:
+    # A worker's session plans each statement for its arguments (dbpool.CUSTOM_PLANS); the
+    # resolution's own statement is planned once (migration 0050) and reads every table by index.
+    await _backlog_analyzed_fresh(db, count=1_000)
+    await db.execute("SET plan_cache_mode = force_custom_plan")
+    for _ in range(6):  # past the five custom plans; every document distinct, so every job leads
+        claimed = await jobs.claim_batch(
+            db, pool=POOL, worker_id=WORKER, limit=100, lease_ttl_s=60, reuse_key_of=REUSE_KEY
+        )
+        assert {d.kind for d in (await _resolve(db, claimed)).values()} == {reuse_db.Kind.LEAD}
+        assert len(await jobs.finish_many(db, [_succeed(j) for j in claimed], worker_id=WORKER)) == 100
+    claimed, plans = await _claim_plans(db, resolve=True)
+    [resolution] = [p for p in plans if "FROM unnest(p_jobs, p_fences)" in p["Query Text"]]
+    nodes = list(_nodes(resolution["Plan"]))
+    scans = [n for n in nodes if n["Node Type"] == "Seq Scan"]
+    assert [n for n in scans if n["Relation Name"] in ("extraction_jobs", "results")] == []
+    # A generic plan refers to the function's arguments as parameters; a custom one has their values.
+    conditions = " ".join(str(n.get(k, "")) for n in nodes for k in ("Index Cond", "Filter", "Function Call"))
+    assert "$1" in conditions or "$2" in conditions, conditions

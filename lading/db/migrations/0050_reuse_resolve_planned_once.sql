@@ -1,0 +1,11 @@
+-- lading_reuse_resolve (migrations 0029, 0041, 0049), which a worker runs after each claim whose
+-- jobs may take an earlier result, plans its statements as PostgreSQL does by default
+-- (plan_cache_mode auto: five custom plans, then one generic plan kept when it costs no more),
+-- whatever the session's setting, as lading_claim_plan does since migration 0049. A worker's
+-- connections force a custom plan for every statement (lading.db.pool, CUSTOM_PLANS), and the
+-- statements of a plpgsql function took the setting too: each resolution planned its one big
+-- query again, about a quarter of its cost (20,000 distinct jobs resolved 100 at a time, backend
+-- CPU 41 -> 30 us per job). Each of its reads is by index under any plan: the claimed jobs by
+-- primary key, an accepted result by extraction_jobs_reusable and results' key, a running copy
+-- by extraction_jobs_running_by_tenant (migration 0049).
+ALTER FUNCTION lading_reuse_resolve(bigint[], bigint[], text, text, text, text, float8) SET plan_cache_mode = auto;
