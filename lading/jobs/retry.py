@@ -21,10 +21,16 @@ that is longer than the backoff cap. A retry is only scheduled when the whole ne
 (`RetryPolicy.attempt_timeout_s`) still fits before the job's deadline; otherwise the job ends
 now with DEADLINE_EXHAUSTED instead of being claimed again just to time out.
 
+Backoff protects the other side while it fails. A failure that says nothing about the other
+side's health, a model's answer that failed validation (the provider answered; the answer was
+unusable), is retried without it (`back_off=False`): waiting would not change the next answer,
+and would only leave the pool's capacity unused. The attempt budget and the deadline bound it
+as any retry.
+
     RetryPolicy.decide(attempt, now, deadline_at)
       │
       ├── attempt >= max_attempts ──────────────────────────▶ ATTEMPTS_EXHAUSTED
-      ├── at = now + max(backoff, Retry-After)
+      ├── at = now + max(backoff, Retry-After)    (backoff 0 when `back_off` is False)
       ├── at + timeout_s > deadline_at ─────────────────────▶ DEADLINE_EXHAUSTED
       └── otherwise ────────────────────────────────────────▶ RETRY at `at`
 """
@@ -150,6 +156,7 @@ class RetryPolicy:
             now: datetime.datetime,
             deadline_at: datetime.datetime,
             retry_after_s: float | None = None,
+            back_off: bool = True,
             rand: Callable[[], float] = random.random,
     ) -> RetryDecision:
         """
@@ -158,6 +165,8 @@ class RetryPolicy:
 
         `retry_after_s` is the other side's minimum delay, if it gave one; a negative value counts
         as 0 and NaN as absent, so a confused provider or receiver cannot crash the caller.
+        `back_off` False: the failure was not the other side's (see the module's docstring), so
+        the retry is due now, unless a Retry-After asks for later.
         """
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
@@ -166,7 +175,7 @@ class RetryPolicy:
         if attempt >= self.max_attempts:
             return RetryDecision(retry=False, at=None, reason=ATTEMPTS_EXHAUSTED)
 
-        delay_s = self.backoff_s(attempt=attempt, rand=rand)
+        delay_s = self.backoff_s(attempt=attempt, rand=rand) if back_off else 0.0
         if retry_after_s is not None and not math.isnan(retry_after_s):
             delay_s = max(delay_s, retry_after_s, 0.0)
 
@@ -189,6 +198,7 @@ def decide(
         deadline_at: datetime.datetime,
         settings: lading_settings.AttemptSettings,
         retry_after_s: float | None = None,
+        back_off: bool = True,
         rand: Callable[[], float] = random.random,
 ) -> RetryDecision:
     """
@@ -196,5 +206,5 @@ def decide(
     `RetryPolicy` (from `settings`) decides (`RetryPolicy.decide`).
     """
     return RetryPolicy.for_attempts(settings).decide(
-        attempt=attempt, now=now, deadline_at=deadline_at, retry_after_s=retry_after_s, rand=rand,
+        attempt=attempt, now=now, deadline_at=deadline_at, retry_after_s=retry_after_s, back_off=back_off, rand=rand,
     )

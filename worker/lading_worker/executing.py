@@ -337,6 +337,9 @@ class Executor:
             deadline_at=job.deadline_at,
             settings=dataclasses.replace(self.settings, max_attempts=job.max_attempts),
             retry_after_s=outcome.retry_after_s,
+            # An invalid answer is the model's, not a sign of a struggling provider: due at once
+            # (behind the jobs already waiting, by the claim's order), no backoff.
+            back_off=outcome.outcome is not base.OutcomeClass.INVALID_OUTPUT,
             rand=self.rand,
         )
         if decision.retry and decision.at is not None:

@@ -119,6 +119,21 @@ def test_failed_attempt_is_retried_after_the_jittered_backoff() -> None:
     assert decision == retry.RetryDecision(retry=True, at=at, reason="RETRY")
 
 
+def test_a_retry_without_backoff_is_due_now_yet_still_bounded() -> None:
+    now_due = retry.decide(attempt=3, now=NOW, deadline_at=NOW + datetime.timedelta(hours=1), settings=SETTINGS,
+                           back_off=False, rand=_rand(0.99))
+    assert now_due == retry.RetryDecision(retry=True, at=NOW, reason="RETRY")
+    later = retry.decide(attempt=3, now=NOW, deadline_at=NOW + datetime.timedelta(hours=1), settings=SETTINGS,
+                         back_off=False, retry_after_s=7)
+    assert later.at == NOW + datetime.timedelta(seconds=7)
+    spent = retry.decide(attempt=5, now=NOW, deadline_at=NOW + datetime.timedelta(hours=1), settings=SETTINGS,
+                         back_off=False)
+    assert spent.reason == "ATTEMPTS_EXHAUSTED"
+    late = retry.decide(attempt=1, now=NOW, deadline_at=NOW + datetime.timedelta(seconds=60), settings=SETTINGS,
+                        back_off=False)
+    assert late.reason == "DEADLINE_EXHAUSTED"
+
+
 @pytest.mark.parametrize("attempt", [5, 6, 100])
 def test_attempts_exhausted_when_max_attempts_were_made(attempt: int) -> None:
     decision = retry.decide(

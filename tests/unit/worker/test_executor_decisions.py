@@ -80,8 +80,7 @@ def test_a_terminal_outcome_fails_the_job_at_once() -> None:
     assert finish.outcome == "terminal"
 
 
-@pytest.mark.parametrize("kind", [base.OutcomeClass.TRANSIENT, base.OutcomeClass.TIMEOUT_AMBIGUOUS,
-                                  base.OutcomeClass.INVALID_OUTPUT])
+@pytest.mark.parametrize("kind", [base.OutcomeClass.TRANSIENT, base.OutcomeClass.TIMEOUT_AMBIGUOUS])
 def test_retryable_outcomes_are_scheduled_with_backoff(kind: base.OutcomeClass) -> None:
     outcome = base.Outcome.failed(kind, error_class="X", error="y")
     finish = _executor().decide(_job(attempt=2), outcome, now=NOW, latency_ms=5)
@@ -140,6 +139,20 @@ def test_invalid_output_is_retried_while_it_may_change_and_its_digest_recorded()
     finish = _executor().decide(_job(), _invalid("MALFORMED_OUTPUT", "{oops"), now=NOW, latency_ms=5)
     assert finish.to is JobState.RETRY_SCHEDULED
     assert finish.output_sha256 is not None and len(finish.output_sha256) == 64
+
+
+@pytest.mark.parametrize("error_class", ["MALFORMED_OUTPUT", "OUTPUT_TRUNCATED", "SCHEMA_VIOLATION"])
+def test_invalid_output_is_retried_at_once_without_backoff(error_class: str) -> None:
+    # The provider answered: waiting would not change its next answer, only leave the pool idle.
+    finish = _executor().decide(_job(attempt=3), _invalid(error_class, "{oops"), now=NOW, latency_ms=5)
+    assert (finish.to, finish.outcome) == (JobState.RETRY_SCHEDULED, "invalid-output")
+    assert finish.retry_in_s == 0.0
+
+
+def test_invalid_output_still_waits_for_a_retry_after_the_provider_sent() -> None:
+    outcome = dataclasses.replace(_invalid("MALFORMED_OUTPUT", "{oops"), retry_after_s=9)
+    finish = _executor().decide(_job(), outcome, now=NOW, latency_ms=5)
+    assert finish.retry_in_s == pytest.approx(9)
 
 
 def test_the_same_invalid_output_twice_goes_to_review_with_the_raw_output() -> None:
