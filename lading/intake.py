@@ -74,6 +74,11 @@ SCHEMA = "invoice.v1"
 _OPEN_ATTEMPTS = 4
 """Rounds of "lock the open batch, else open one" before giving up as in progress: each lost
 round means another transaction opened the group's batch, which the next round then finds."""
+_KEY_RACE_TRIES = 4
+"""Transactions a group is tried in while it loses a race for a document key to another's
+commit (`_submit_group`), before its documents are answered as in progress."""
+BATCH_KEY_CONSTRAINT = "extraction_jobs_batch_id_document_key_key"
+"""The unique (batch, document key) of extraction_jobs: a batch holds a document key once."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -704,6 +709,37 @@ _HINTS = _GroupHints()
 
 
 async def _submit_group(
+        conn: asyncpg.Connection,
+        group: Sequence[_Pending],
+        *,
+        settings: RollingBatchSettings,
+        waits: GroupSettings,
+        hints: _GroupHints | None = None,
+) -> list[Submission | Recorded | Exception]:
+    """`_submit_group_once`, in a new transaction while the group lost a race for a document key.
+
+    Whether an open batch holds a document key already is read in the statement that locks the
+    batch, under that statement's snapshot: when another transaction appended the key to the batch
+    and committed between the snapshot and the lock, the look-up misses it and the append breaks
+    the batch's unique (batch, document key). Nothing is wrong with the documents: the next
+    transaction's statements see that commit and place the key elsewhere. Retried a few times (each
+    lost race means another document of the same key was accepted meanwhile), then answered as in
+    progress (temporary: the client retries)."""
+    for tries_left in range(_KEY_RACE_TRIES - 1, -1, -1):
+        try:
+            return await _submit_group_once(conn, group, settings=settings, waits=waits, hints=hints)
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name != BATCH_KEY_CONSTRAINT:
+                raise
+            if not tries_left:
+                raise errors.AcceptanceInProgress(
+                    "documents of the same key are being accepted by other transactions; retry shortly"
+                ) from None
+            logger.debug("a group of %d documents lost a document key's race; trying it again", len(group))
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+async def _submit_group_once(
         conn: asyncpg.Connection,
         group: Sequence[_Pending],
         *,

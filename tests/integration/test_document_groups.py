@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lading import accepting, applying, failpoints, intake, reasons
+from lading import accepting, applying, errors, failpoints, intake, reasons
 from lading.db import pool as asyncpg_pool
 from lading.db import queries, registry
 from lading.ids import TenantName
@@ -412,3 +412,33 @@ def _scans_of(plan: dict[str, Any], relation: str) -> Iterator[dict[str, Any]]:
         yield plan
     for child in plan.get("Plans", []):
         yield from _scans_of(child, relation)
+
+
+async def test_document_keys_sent_under_many_keys_at_once_by_many_replicas_never_break_a_batch(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool) -> None:  # fmt: skip
+    # Replicas of the intake accept lone documents, each of three document keys under a hundred
+    # idempotency keys. A batch holds a key once, so batches are closed and opened all the time,
+    # and a batch is often locked just after another transaction appended the key to it and
+    # committed. Every document is accepted, each in a batch that did not hold its key; the only
+    # refusal allowed on the way is the temporary "in progress", which a client retries.
+    await seed(db)
+    replicas = [intake.GroupSubmitter(dbpool, settings=intake.GroupSettings(flushers=1, max_documents=1),
+                                      rolling=RollingBatchSettings(open_batches=2)) for _ in range(6)]
+
+    async def client(i: int) -> intake.Submission | intake.Recorded:
+        r = request(f"same-{i % 3}")
+        for _ in range(50):
+            try:
+                return await replicas[i % len(replicas)].submit_post(
+                    namespace="acme", request=r, idempotency_key=f"k{i}", request_digest=intake.request_digest(r),
+                    answer=answer,
+                )  # fmt: skip
+            except errors.AcceptanceInProgress:
+                continue  # temporary: the client sends it again
+        raise AssertionError(f"document {i} was in progress 50 times")
+
+    outcomes = await asyncio.gather(*(client(i) for i in range(300)), return_exceptions=True)
+    failed = [o for o in outcomes if not isinstance(o, intake.Submission)]
+    assert not failed, failed[:3]
+    rows = await db.fetch("SELECT batch_id, document_key FROM extraction_jobs")
+    assert len(rows) == 300 and len({(r["batch_id"], r["document_key"]) for r in rows}) == 300
