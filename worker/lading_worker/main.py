@@ -74,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=LeaseSettings.heartbeat_interval_s)
     parser.add_argument("--reaper-interval", type=float, default=ReaperSettings.interval_s)
     parser.add_argument("--attempt-timeout", type=float, default=AttemptSettings.timeout_s)
-    parser.add_argument("--backoff-base", type=float, default=AttemptSettings.backoff_base_s)
+    parser.add_argument(
+        "--backoff-base", type=float, default=AttemptSettings.backoff_base_s,
+        help="seconds a failed attempt's first retry waits at most (full jitter, doubling per attempt); an invalid "
+             "answer is retried at once",
+    )
     parser.add_argument("--grace", type=float, default=WorkerProcessSettings.shutdown_grace_s)
     parser.add_argument(
         "--document-root",
