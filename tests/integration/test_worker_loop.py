@@ -91,6 +91,29 @@ async def test_transient_failures_are_retried_and_the_attempt_history_is_kept(
     assert len(provider.calls) == 3
 
 
+async def test_an_invalid_answer_is_retried_at_once_whatever_the_backoff(
+        db: asyncpg.Connection, dbpool: asyncpg.Pool
+) -> None:
+    # A retry policy whose backoff would wait up to an hour: a transient failure would not be tried
+    # again within this test's wait, an answer that failed validation is.
+    await factories.seed(db)
+    await accepting.accept_batch(db, factories.batch_request(count=1, max_attempts=3))
+    answers = iter([
+        base.Outcome.failed(base.OutcomeClass.INVALID_OUTPUT, error_class="MALFORMED_OUTPUT", error="not JSON",
+                            raw_output="{oops"),
+        TERMINAL_OUTCOME,
+    ])  # fmt: skip
+    provider = providers.ScriptedProvider(lambda _: next(answers))
+    settings = _settings(attempt=AttemptSettings(backoff_base_s=3600, backoff_cap_s=3600, timeout_s=5))
+    async with waiting.running(running.Worker(dbpool, settings=settings, provider=provider).run):
+        await waiting.until(lambda: _all_settled(db, 1), timeout_s=30)
+    outcomes = await db.fetch("SELECT outcome, error_class FROM job_attempts ORDER BY fence")
+    assert [(r["outcome"], r["error_class"]) for r in outcomes] == [
+        ("invalid-output", "MALFORMED_OUTPUT"), ("terminal", "UNREADABLE_DOCUMENT")
+    ]
+    assert len(provider.calls) == 2
+
+
 async def test_an_attempt_whose_lease_is_lost_is_cancelled_and_never_commits(
         db: asyncpg.Connection, dbpool: asyncpg.Pool
 ) -> None:
