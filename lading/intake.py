@@ -725,18 +725,16 @@ async def _submit_group(
     transaction's statements see that commit and place the key elsewhere. Retried a few times (each
     lost race means another document of the same key was accepted meanwhile), then answered as in
     progress (temporary: the client retries)."""
-    for tries_left in range(_KEY_RACE_TRIES - 1, -1, -1):
+    for _ in range(_KEY_RACE_TRIES):
         try:
             return await _submit_group_once(conn, group, settings=settings, waits=waits, hints=hints)
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name != BATCH_KEY_CONSTRAINT:
                 raise
-            if not tries_left:
-                raise errors.AcceptanceInProgress(
-                    "documents of the same key are being accepted by other transactions; retry shortly"
-                ) from None
-            logger.debug("a group of %d documents lost a document key's race; trying it again", len(group))
-    raise AssertionError("unreachable: the last try returns or raises")
+            logger.debug("a group of %d documents lost a document key's race", len(group))
+    raise errors.AcceptanceInProgress(
+        "documents of the same key are being accepted by other transactions; retry shortly"
+    )
 
 
 async def _submit_group_once(
