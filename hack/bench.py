@@ -30,7 +30,9 @@ Benchmarks of the three paths that decide Lading's capacity; prints JSON on stdo
                  10,000 fresh jobs vs 10,000 jobs that all take an earlier result (jobs/s of each)
     api          single-document POSTs to the HTTP intake (`lading api`, its own process) from a load
                  generator in another process: open loop at 200, 500 and 1,000 req/s, then the
-                 saturation rate of 64 closed-loop clients (hack/bench_api.py)
+                 saturation rate of 64 closed-loop clients, then the same 500 req/s against a
+                 bare server that only writes each document's rows: the floor this machine allows
+                 (hack/bench_api.py, hack/bench_api_floor.py)
     validation   each validation policy over the adversarial and clean corpora: a confusion
                  matrix per answer class (on stderr), the false-review rate on clean invoices,
                  and µs of validation per document; needs no database (hack/bench_validation.py)

@@ -14,6 +14,11 @@ separate process (this file with `--load`).
                 `lading.intake.GroupSubmitter` with LADING_BENCH_API_CLIENTS callers (group commit,
                 as the intake accepts documents): what the core allows, to tell which layer a
                 ceiling belongs to
+    floor       last, the 500 req/s open loop against a bare aiohttp server that only writes each
+                document's rows in one statement (hack/bench_api_floor.py): what this machine
+                allows any intake on this stack at that rate, measured in the same run;
+                `vs_floor_at_500` is Lading's p50 and p99 over the floor's
+                (LADING_BENCH_API_FLOOR=0 leaves it out)
 
 The tenant has maxQueuedJobs 1,000,000 (never reached), so every admission reads its queue room.
 
@@ -37,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from typing import Any
@@ -55,6 +61,8 @@ SATURATION_S = 10.0
 TARGET_P50_MS = 3.0
 TARGET_P99_MS = 10.0
 TARGET_SATURATION_PER_S = 2000.0
+FLOOR = os.environ.get("LADING_BENCH_API_FLOOR", "1") != "0"
+FLOOR_RATE = 500
 TEXT = "ACME GmbH\nInvoice {n}\nDate 2026-03-01\nNet 100.00 EUR\nVAT 19% 19.00 EUR\nTotal 119.00 EUR\n" * 8
 
 
@@ -321,6 +329,55 @@ def _count_cpu(
     report["loadavg_1m"] = os.getloadavg()[0]
 
 
+def _start_server(command: list[str]) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """A server process started and the documents URL of namespace NAMESPACE on it, once it says
+    where it listens; (None, what it said) when it did not start."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "api"), *sys.path])}
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert server.stdout is not None
+    line = server.stdout.readline().decode()
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        _stop(server)
+        return None, line
+    # What it writes later is drained, so a server that logs a lot never blocks on a full pipe.
+    threading.Thread(target=server.stdout.read, daemon=True).start()
+    return server, match[1] + f"/v1/namespaces/{NAMESPACE}/documents"
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.kill()
+    server.wait()
+    if server.stdout is not None:
+        server.stdout.close()
+
+
+async def _measured(conn: Any, pid: int, base: str, token: str, rate: float, prefix: str) -> dict[str, Any]:
+    """One open-loop run at `rate` against the server `pid` at `base`, with its and PostgreSQL's CPU."""
+    cpu, postgres = _cpu_s(pid), await _postgres_cpu_s(conn)
+    report = _load(base, token, "open", str(rate), str(SECONDS), prefix)
+    _count_cpu(report, pid, cpu, postgres, await _postgres_cpu_s(conn),
+               requests=report.get("statuses", {}).get("202", 0))
+    return report
+
+
+async def _floor(conn: Any, url: str, token: str) -> dict[str, Any]:
+    """The floor (hack/bench_api_floor.py) at FLOOR_RATE, measured as the intake is: what a server
+    that only writes a document's rows, in one statement, answers with on this machine now."""
+    batch_id = await conn.fetchval("SELECT min(id) FROM batches WHERE namespace = $1", NAMESPACE)
+    if batch_id is None:
+        return {"error": "no batch of the intake's to append the floor's jobs to"}
+    server, base = _start_server([sys.executable, os.path.join(ROOT, "hack", "bench_api_floor.py"), url,
+                                  str(batch_id)])
+    if server is None:
+        return {"error": f"the floor's server did not start: {base}"}
+    try:
+        _load(base, token, "open", "50", "2", "floor-warm")
+        return await _measured(conn, server.pid, base, token, FLOOR_RATE, "floor")
+    finally:
+        _stop(server)
+
+
 async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     conn = await dbpool.connect(url)
     try:
@@ -333,25 +390,16 @@ async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     except BaseException:
         await conn.close()
         raise
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "api"), *sys.path])}
-    server = subprocess.Popen([sys.executable, "-m", "lading_api", "--port", "0", "--database-url", url,  # noqa: ASYNC220
-                               "--pool-size", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert server.stdout is not None
-    line = server.stdout.readline().decode()
-    match = re.search(r"listening on (http://\S+)", line)
-    if match is None:
-        server.kill()
+    server, base = _start_server([sys.executable, "-m", "lading_api", "--port", "0", "--database-url", url,
+                                  "--pool-size", "20"])
+    if server is None:
         await conn.close()
-        return {"error": f"lading api did not start: {line}"}, {}, False
-    base = match[1] + f"/v1/namespaces/{NAMESPACE}/documents"
+        return {"error": f"lading api did not start: {base}"}, {}, False
     results: dict[str, Any] = {"synchronous_commit": synchronous_commit, "seconds_per_rate": SECONDS, "rates": []}
     try:
         _load(base, token, "open", "50", "2", "warm")  # connections, caches, plans
         for rate in RATES:
-            cpu, postgres = _cpu_s(server.pid), await _postgres_cpu_s(conn)
-            report = _load(base, token, "open", str(rate), str(SECONDS), f"r{rate}")
-            _count_cpu(report, server.pid, cpu, postgres, await _postgres_cpu_s(conn),
-                       requests=report.get("statuses", {}).get("202", 0))
+            report = await _measured(conn, server.pid, base, token, rate, f"r{rate}")
             results["rates"].append(report)
         cpu, postgres = _cpu_s(server.pid), await _postgres_cpu_s(conn)
         saturation = _load(base, token, "closed", str(CLIENTS), str(SATURATION_S), "sat")
@@ -364,12 +412,16 @@ async def bench(url: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         grouped = await _core_loop(url, CLIENTS, SATURATION_S, grouped=True)
         grouped["loadavg_1m"] = os.getloadavg()[0]
         results["core_group_submit"] = grouped
+        if FLOOR:  # last: the rows it writes (and their vacuum) would weigh on whatever came after
+            results["floor"] = await _floor(conn, url, token)
     finally:
-        server.kill()
-        server.wait()
-        server.stdout.close()
+        _stop(server)
         await conn.close()
     at_500: dict[str, Any] = next((r for r in results["rates"] if r.get("offered_per_s") == 500), {})
+    floor = results.get("floor", {})
+    if floor.get("errors") == 0 and at_500.get("p50_ms"):
+        results["vs_floor_at_500"] = {"p50": round(at_500["p50_ms"] / floor["p50_ms"], 2),
+                                      "p99": round(at_500["p99_ms"] / floor["p99_ms"], 2)}
     targets = {"p50_ms_at_500": TARGET_P50_MS, "p99_ms_at_500": TARGET_P99_MS, "errors_at_500": 0,
                "saturation_per_s": TARGET_SATURATION_PER_S}
     passed = (at_500.get("p50_ms", 1e9) <= TARGET_P50_MS and at_500.get("p99_ms", 1e9) <= TARGET_P99_MS
