@@ -83,10 +83,11 @@ class RunsForever(Protocol):
 
 
 @contextlib.asynccontextmanager
-async def running(job: RunsForever, *, name: str) -> AsyncIterator[None]:
+async def running(job: RunsForever, *, name: str, stop: asyncio.Event | None = None) -> AsyncIterator[None]:
     """Run an elected job's loop (`job.run_forever`) as the task `name` for the body of an `async
-    with`; on exit stop it, wait for it, and re-raise what it failed with."""
-    stop = asyncio.Event()
+    with`; on exit stop it, wait for it, and re-raise what it failed with. `stop`, when given, also
+    ends the loop once set, before the block ends (a caller whose framework stops first)."""
+    stop = stop if stop is not None else asyncio.Event()
     task = asyncio.create_task(job.run_forever(stop), name=name)
     try:
         yield

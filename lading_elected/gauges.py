@@ -43,10 +43,16 @@ class GaugeSettings:
 
 
 @contextlib.asynccontextmanager
-async def refreshing(database_url: str, *, settings: GaugeSettings | None = None) -> AsyncIterator[GaugeRefresher]:
-    """Run a refresher (election included) for the body of an `async with`; stopped on exit."""
+async def refreshing(
+        database_url: str,
+        *,
+        settings: GaugeSettings | None = None,
+        stop: asyncio.Event | None = None,
+) -> AsyncIterator[GaugeRefresher]:
+    """Run a refresher (election included) for the body of an `async with`; stopped on exit, or
+    earlier once `stop` is set."""
     refresher = GaugeRefresher(database_url, settings=settings)
-    async with election.running(refresher, name="gauge refresher"):
+    async with election.running(refresher, name="gauge refresher", stop=stop):
         yield refresher
 
 
