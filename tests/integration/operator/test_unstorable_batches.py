@@ -42,25 +42,30 @@ async def test_a_batch_whose_documents_the_database_refuses_is_invalid_spec_and_
            CREATE TRIGGER refuse_document BEFORE INSERT ON job_documents
               FOR EACH ROW EXECUTE FUNCTION refuse_document();"""
     )
-    await conftest.create_quota(api, "acme", ["acme"])
-    await conftest.create_pool(api, "acme", "builtin")
-    await conftest.create_batch(api, "acme", "march", documents=4)
+    try:
+        await conftest.create_quota(api, "acme", ["acme"])
+        await conftest.create_pool(api, "acme", "builtin")
+        await conftest.create_batch(api, "acme", "march", documents=4)
 
-    pending = await kube_emulator.wait_for(
-        emulator, BATCHES, "acme", "march", lambda o: _admitted(o).get("reason") == "InvalidSpec"
-    )
+        pending = await kube_emulator.wait_for(
+            emulator, BATCHES, "acme", "march", lambda o: _admitted(o).get("reason") == "InvalidSpec"
+        )
 
-    assert pending["status"]["phase"] == "Pending"
-    condition = _admitted(pending)
-    assert condition["status"] == "False"
-    assert condition["message"].startswith("ExtractionBatch acme/march: ")
-    assert "CharacterNotInRepertoireError, SQLSTATE 22021" in condition["message"]
-    assert "nothing was accepted" in condition["message"]
-    counts = await db.fetchrow(
-        "SELECT (SELECT count(*) FROM batches) AS b, (SELECT count(*) FROM extraction_jobs) AS j,"
-        " (SELECT count(*) FROM job_documents) AS d"
-    )
-    assert tuple(counts) == (0, 0, 0)
+        assert pending["status"]["phase"] == "Pending"
+        condition = _admitted(pending)
+        assert condition["status"] == "False"
+        assert condition["message"].startswith("ExtractionBatch acme/march: ")
+        assert "CharacterNotInRepertoireError, SQLSTATE 22021" in condition["message"]
+        assert "nothing was accepted" in condition["message"]
+        counts = await db.fetchrow(
+            "SELECT (SELECT count(*) FROM batches) AS b, (SELECT count(*) FROM extraction_jobs) AS j,"
+            " (SELECT count(*) FROM job_documents) AS d"
+        )
+        assert tuple(counts) == (0, 0, 0)
+    finally:
+        # The run's database outlives this test (its tables are emptied, its triggers stay): a later
+        # test's INV-0002 must not be refused.
+        await db.execute("DROP TRIGGER refuse_document ON job_documents; DROP FUNCTION refuse_document()")
 
 
 async def test_the_crd_refuses_a_nul_in_a_document_text(api: kube.Client) -> None:
