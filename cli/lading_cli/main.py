@@ -22,21 +22,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import asyncpg
-from lading_api import main as api_main
-from lading_webhook_receiver import serving as receiver_serving
-from lading_worker import main as worker_main
 
 from lading import __version__, errors, logs
 from lading.db import migrating
 from lading.db import pool as dbpool
-from lading_cli import apply, crds, deliveries, local, receiver, reports, review, tokens
-from lading_cli import operator as operator_cli
-from lading_cli import relay as relay_cli
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -60,6 +56,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _migrate_receiver(args: argparse.Namespace) -> int:
     """The receiver never migrates its own database: this (or `lading run`, for the database it owns) does."""
+    from lading_webhook_receiver import serving as receiver_serving
+
+    from lading_cli import receiver
+
     url = args.database_url or os.environ.get(receiver.DATABASE_ENV) or os.environ.get("DATABASE_URL")
     if not url:
         print(f"lading migrate --receiver: --database-url, ${receiver.DATABASE_ENV} or $DATABASE_URL is required",
@@ -74,29 +74,31 @@ def _report(result: migrating.MigrateResult, *, what: str) -> None:
     print(f"{what} at version {result.current:04d}; applied now: {applied}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lading", description="Durable, asynchronous LLM document extraction.")
-    parser.add_argument("--version", action="version", version=f"lading {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("LADING_LOG_LEVEL", "WARNING"))
-    parser.add_argument(
-        "--log-format",
-        choices=["text", "json"],
-        default=os.environ.get("LADING_LOG_FORMAT", "text"),
-        help="json: one object per line with correlation ids (default: $LADING_LOG_FORMAT, else text)",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+@dataclasses.dataclass(frozen=True)
+class _Command:
+    """A subcommand: its name, its line in `lading --help`, and how its arguments are added (which
+    imports its module: a command's code is loaded only when it runs, or for a full parser)."""
 
-    run = commands.add_parser("run", help="apply manifests and run everything on this machine until done")
-    local.add_arguments(run)
-    run.set_defaults(handler=local.run)
+    name: str
+    help: str
+    build: Callable[[argparse.ArgumentParser], None]
 
-    apply_parser = commands.add_parser(
-        "apply", help="apply manifests to the database without a cluster, and exit (all or nothing; --dry-run)"
-    )
-    apply.add_arguments(apply_parser)
-    apply_parser.set_defaults(handler=apply.run)
 
-    migrate = commands.add_parser("migrate", help="apply database migrations")
+def _with(module: str, *, handler: str | None = "run") -> Callable[[argparse.ArgumentParser], None]:
+    """A builder calling `module.add_arguments` (and setting `module.<handler>` as the handler)."""
+
+    def build(parser: argparse.ArgumentParser) -> None:
+        loaded = importlib.import_module(module)
+        loaded.add_arguments(parser)
+        if handler is not None:
+            parser.set_defaults(handler=getattr(loaded, handler))
+
+    return build
+
+
+def _migrate_arguments(migrate: argparse.ArgumentParser) -> None:
+    from lading_cli import receiver
+
     migrate.add_argument(
         "--database-url",
         help=f"default: $DATABASE_URL (with --receiver: ${receiver.DATABASE_ENV}, else $DATABASE_URL)",
@@ -107,15 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     migrate.set_defaults(handler=_migrate)
 
-    worker = commands.add_parser("worker", help="run a worker for one InferencePool")
-    worker_main.add_arguments(worker)
-    worker.set_defaults(handler=worker_main.run)
 
-    relay = commands.add_parser("relay", help="run the outbox relay and the ingress consumer (RabbitMQ)")
-    relay_cli.add_arguments(relay)
-    relay.set_defaults(handler=relay_cli.run)
+def _jobs_arguments(jobs: argparse.ArgumentParser) -> None:
+    from lading_cli import reports
 
-    jobs = commands.add_parser("jobs", help="list and inspect extraction jobs")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="JOBS_COMMAND")
     jobs_list = jobs_commands.add_parser("list", help="list jobs, filtered and paged")
     reports.add_list_arguments(jobs_list)
@@ -124,39 +121,65 @@ def build_parser() -> argparse.ArgumentParser:
     reports.add_show_arguments(jobs_show)
     jobs_show.set_defaults(handler=reports.show_job)
 
-    status = commands.add_parser("status", help="one-screen overview: pools, batches, review queue, outbox")
+
+def _status_arguments(status: argparse.ArgumentParser) -> None:
+    from lading_cli import reports
+
     reports.add_status_arguments(status)
     status.set_defaults(handler=reports.status)
 
-    review_parser = commands.add_parser("review", help="list, show, approve, correct or reject jobs awaiting review")
-    review.add_arguments(review_parser)
 
-    deliveries_parser = commands.add_parser("deliveries", help="list, show, redeliver or resolve deliveries")
-    deliveries.add_arguments(deliveries_parser)
+COMMANDS = (
+    _Command("run", "apply manifests and run everything on this machine until done", _with("lading_cli.local")),
+    _Command("apply", "apply manifests to the database without a cluster, and exit (all or nothing; --dry-run)",
+             _with("lading_cli.apply")),
+    _Command("migrate", "apply database migrations", _migrate_arguments),
+    _Command("worker", "run a worker for one InferencePool", _with("lading_worker.main")),
+    _Command("relay", "run the outbox relay and the ingress consumer (RabbitMQ)", _with("lading_cli.relay")),
+    _Command("jobs", "list and inspect extraction jobs", _jobs_arguments),
+    _Command("status", "one-screen overview: pools, batches, review queue, outbox", _status_arguments),
+    _Command("review", "list, show, approve, correct or reject jobs awaiting review",
+             _with("lading_cli.review", handler=None)),
+    _Command("deliveries", "list, show, redeliver or resolve deliveries", _with("lading_cli.deliveries", handler=None)),
+    _Command("crds", "write (or --check) the CRD YAML generated from the models", _with("lading_cli.crds")),
+    _Command("receiver", "run the reference ERP webhook receiver", _with("lading_cli.receiver")),
+    _Command("operator", "run the Kubernetes operator", _with("lading_cli.operator")),
+    _Command("api", "run the HTTP intake (documents and batches over HTTP)", _with("lading_api.main")),
+    _Command("tokens", "create, list or revoke bearer tokens of the HTTP intake",
+             _with("lading_cli.tokens", handler=None)),
+)  # fmt: skip
 
-    crds_parser = commands.add_parser("crds", help="write (or --check) the CRD YAML generated from the models")
-    crds.add_arguments(crds_parser)
-    crds_parser.set_defaults(handler=crds.run)
 
-    receiver_parser = commands.add_parser("receiver", help="run the reference ERP webhook receiver")
-    receiver.add_arguments(receiver_parser)
-    receiver_parser.set_defaults(handler=receiver.run)
-
-    operator_parser = commands.add_parser("operator", help="run the Kubernetes operator")
-    operator_cli.add_arguments(operator_parser)
-    operator_parser.set_defaults(handler=operator_cli.run)
-
-    api_parser = commands.add_parser("api", help="run the HTTP intake (documents and batches over HTTP)")
-    api_main.add_arguments(api_parser)
-    api_parser.set_defaults(handler=api_main.run)
-
-    tokens_parser = commands.add_parser("tokens", help="create, list or revoke bearer tokens of the HTTP intake")
-    tokens.add_arguments(tokens_parser)
+def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, the arguments of that command alone (the others are
+    listed, with their help lines, but their modules are not loaded: `lading jobs list` does not
+    import the operator's or the intake's code)."""
+    parser = argparse.ArgumentParser(prog="lading", description="Durable, asynchronous LLM document extraction.")
+    parser.add_argument("--version", action="version", version=f"lading {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("LADING_LOG_LEVEL", "WARNING"))
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=os.environ.get("LADING_LOG_FORMAT", "text"),
+        help="json: one object per line with correlation ids (default: $LADING_LOG_FORMAT, else text)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help)
+        if only is None or command.name == only:
+            command.build(sub)
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str:
+    """The command `argv` names (its first word that is one), or "" when none does."""
+    names = {command.name for command in COMMANDS}
+    return next((word for word in argv if word in names), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(only=_command_of(words)).parse_args(words)
     logs.configure(level=args.log_level, fmt=args.log_format)
     handler = args.handler
     try:
